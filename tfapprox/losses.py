@@ -1,0 +1,342 @@
+"""Keras ranking losses: the approximation framework (Qin et al.) and Chen et al.'s weighted losses.
+
+Inputs, for every loss: `y_true` is `[B, L]` graded labels (a label < 0 marks a padded slot) or a
+dict `{"labels": [B, L], "mask": [B, L]}`; `y_pred` is `[B, L]` or `[B, L, 1]` scores. Padded slots
+never influence a value or a gradient, and may hold anything, NaN included.
+
+Each loss first computes one value per list. A list for which the loss is undefined — no relevant
+document, or fewer than two comparable documents for a pairwise loss — contributes 0 and a zero
+gradient. Reductions:
+
+- `"sum_over_batch_size"` (default; `"mean"` is the same): the mean over the lists that *have* a
+  loss, weighted by `sample_weight` (one weight per list) when given. Lists without a loss do not
+  dilute the mean, unlike TF-Ranking's default.
+- `"sum"`: the weighted sum over lists.
+- `None` or `"none"`: one value per list, `[B]`.
+
+References: T. Qin, T.-Y. Liu, H. Li. *A general approximation framework for direct optimization
+of information retrieval measures*, Information Retrieval 13(4), 2010. W. Chen, T.-Y. Liu, Y. Lan,
+Z. Ma, H. Li. *Ranking measures and loss functions in learning to rank*, NIPS 2009.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from tfapprox import measures
+from tfapprox import ops as rank_ops
+
+_REDUCTIONS = ("sum_over_batch_size", "mean", "sum", "none", None)
+
+
+def _check_positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value > 0):
+        raise ValueError(f"`{name}` must be a finite number > 0; got {value!r}")
+    return float(value)
+
+
+def _check_cutoff(name, value, allow_none=True):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        expected = "None or an int >= 1" if allow_none else "an int >= 1"
+        raise ValueError(f"`{name}` must be {expected}; got {value!r}")
+    return value
+
+
+def _check_threshold(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"`relevance_threshold` must be a finite number; got {value!r}")
+    return float(value)
+
+
+class RankingLoss(keras.losses.Loss):
+    """Base class: standardises inputs, asks the subclass for per-list values, reduces them."""
+
+    def __init__(self, reduction="sum_over_batch_size", name=None, dtype=None):
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"`reduction` must be one of {_REDUCTIONS}; got {reduction!r}")
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+    def per_list(self, labels, mask, scores):
+        """Returns `(loss [B], has_loss [B] bool)` from standardised inputs."""
+        raise NotImplementedError
+
+    def losses_and_flags(self, y_true, y_pred):
+        """Returns the loss of each list (0 where it has none) and whether it has one, `[B]`."""
+        labels, mask, scores = rank_ops.standardize(y_true, y_pred)
+        loss, has_loss = self.per_list(labels, mask, scores)
+        return ops.where(has_loss, loss, 0.0), has_loss
+
+    def call(self, y_true, y_pred):
+        """Returns the loss of each list, `[B]`: 0 where the list has no loss."""
+        return self.losses_and_flags(y_true, y_pred)[0]
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        loss, has_loss = self.losses_and_flags(y_true, y_pred)
+        weights = ops.cast(has_loss, rank_ops.COMPUTE_DTYPE)
+        if sample_weight is not None:
+            weights = weights * _list_weights(sample_weight, loss)
+        if self.reduction in (None, "none"):
+            result = loss if sample_weight is None else loss * weights
+        elif self.reduction == "sum":
+            result = ops.sum(loss * weights)
+        else:
+            result = rank_ops.safe_divide(ops.sum(loss * weights), ops.sum(weights))
+        return ops.cast(result, self.dtype)
+
+
+def _list_weights(sample_weight, per_list_loss):
+    weights = ops.cast(ops.convert_to_tensor(sample_weight), rank_ops.COMPUTE_DTYPE)
+    if len(weights.shape) == 2 and weights.shape[-1] == 1:
+        weights = ops.squeeze(weights, axis=-1)
+    if len(weights.shape) == 0:
+        return ops.broadcast_to(weights, ops.shape(per_list_loss))
+    if len(weights.shape) != 1:
+        raise ValueError(
+            "sample_weight must hold one weight per list, shape [batch] or [batch, 1]; got shape "
+            f"{tuple(weights.shape)}")
+    return weights
+
+
+def _serializable(cls):
+    return keras.saving.register_keras_serializable(package="tfapprox")(cls)
+
+
+@_serializable
+class ApproxNDCGLoss(RankingLoss):
+    """−ApproxNDCG (Qin et al. eq. 21): NDCG with the smooth positions of eq. 20.
+
+        loss = −(1/N) Σ_x (2^{y_x} − 1) / log2(1 + π̂(x)),
+        π̂(x) = 1 + Σ_{y≠x} σ(α(s_y − s_x)),   N = ideal DCG.
+
+    With `topk`, the loss is −ApproxNDCG@k: each term is multiplied by the smooth truncation
+    σ(β(k + ½ − π̂(x))) and N is the ideal DCG@k. Without `topk` it equals TF-Ranking's
+    `ApproxNDCGLoss(temperature=1/alpha)` on every list with a relevant document.
+
+    Args:
+        alpha: slope α of the position sigmoid, = 1/temperature (Bruch et al. use 10; Qin et al.
+            search 10…100). Larger is tighter (Qin Thm 3) but harder to optimise.
+        topk: optional cut-off k.
+        beta: slope β of the truncation sigmoid (Qin et al. search 1…100); used with `topk` only.
+    A list contributes when it has a document with label > 0.
+    """
+
+    def __init__(self, alpha=10.0, topk=None, beta=10.0, reduction="sum_over_batch_size",
+                 name="approx_ndcg_loss", dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.alpha = _check_positive("alpha", alpha)
+        self.topk = _check_cutoff("topk", topk)
+        self.beta = _check_positive("beta", beta)
+
+    def per_list(self, labels, mask, scores):
+        positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta)
+        has_relevant = rank_ops.count_per_list(ops.greater(labels, 0.0)) > 0
+        return -measures.ndcg(labels, positions, self.topk), has_relevant
+
+    def get_config(self):
+        return {**super().get_config(), "alpha": self.alpha, "topk": self.topk, "beta": self.beta}
+
+
+class _BinaryRelevanceLoss(RankingLoss):
+    """Shared arguments of the losses over binary relevance r(x) = 1{label ≥ threshold}."""
+
+    def __init__(self, alpha, beta, relevance_threshold, reduction, name, dtype):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.alpha = _check_positive("alpha", alpha)
+        self.beta = _check_positive("beta", beta)
+        self.relevance_threshold = _check_threshold(relevance_threshold)
+
+    def relevance_and_positions(self, labels, mask, scores):
+        relevance = rank_ops.binary_relevance(labels, mask, self.relevance_threshold)
+        positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta)
+        return relevance, positions, ops.sum(relevance, axis=-1) > 0
+
+    def get_config(self):
+        return {**super().get_config(), "alpha": self.alpha, "beta": self.beta,
+                "relevance_threshold": self.relevance_threshold}
+
+
+@_serializable
+class ApproxAPLoss(_BinaryRelevanceLoss):
+    """−ApproxAP (Qin et al. eq. 22): average precision with smooth positions and truncations.
+
+        loss = −(1/|D+|) Σ_y r(y)/π̂(y) · (1 + Σ_{x≠y} r(x)·σ(β(π̂(y) − π̂(x)))),
+
+    with π̂ from eq. 20 (slope α) and r(x) = 1{label ≥ relevance_threshold}. Both 1/π̂(y) and the
+    pairwise truncation are smooth and carry gradient. A list contributes when it has a relevant
+    document.
+    """
+
+    def __init__(self, alpha=10.0, beta=10.0, relevance_threshold=1.0,
+                 reduction="sum_over_batch_size", name="approx_ap_loss", dtype=None):
+        super().__init__(alpha, beta, relevance_threshold, reduction, name, dtype)
+
+    def per_list(self, labels, mask, scores):
+        relevance, positions, has_relevant = self.relevance_and_positions(labels, mask, scores)
+        return -measures.average_precision(relevance, positions), has_relevant
+
+
+@_serializable
+class ApproxPrecisionLoss(_BinaryRelevanceLoss):
+    """−Approx P@k (Qin et al. eq. 13 with the smooth truncation of §4.2).
+
+        loss = −(1/k) Σ_x r(x)·σ(β(k + ½ − π̂(x))),   r(x) = 1{label ≥ relevance_threshold}.
+
+    A list contributes when it has a relevant document.
+    """
+
+    def __init__(self, k, alpha=10.0, beta=10.0, relevance_threshold=1.0,
+                 reduction="sum_over_batch_size", name="approx_precision_loss", dtype=None):
+        super().__init__(alpha, beta, relevance_threshold, reduction, name, dtype)
+        self.k = _check_cutoff("k", k, allow_none=False)
+
+    def per_list(self, labels, mask, scores):
+        relevance, positions, has_relevant = self.relevance_and_positions(labels, mask, scores)
+        return -measures.precision_at_k(relevance, positions, self.k), has_relevant
+
+    def get_config(self):
+        return {**super().get_config(), "k": self.k}
+
+
+def _chen_weights(labels, mask, positions, topk):
+    """Returns Chen et al.'s β(x) = G(l_x)·D(pos_x)·1{pos_x ≤ C} and the normaliser N_C."""
+    weights = (rank_ops.gains(labels) * rank_ops.discounts(positions)
+               * rank_ops.top_k_cutoff(positions, topk))
+    return weights, rank_ops.ideal_dcg(labels, topk)
+
+
+@_serializable
+class RankNetLoss(RankingLoss):
+    """RankNet: Σ_{l_i > l_j} ln(1 + e^{−(s_i − s_j)}) per list (Burges et al. 2005).
+
+    Summed over the pairs of a list, this equals the per-list sum of TF-Ranking's unreduced
+    `PairwiseLogisticLoss` (its default reduction instead divides by batch × list²). A list
+    contributes when it has a pair with different labels.
+    """
+
+    def __init__(self, reduction="sum_over_batch_size", name="ranknet_loss", dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+
+    def pair_weights(self, labels, mask):
+        """Returns the weight of each pair's upper document and the list normaliser."""
+        return ops.ones_like(labels), ops.ones_like(labels[:, 0])
+
+    def per_list(self, labels, mask, scores):
+        upper_label, lower_label = ops.expand_dims(labels, 2), ops.expand_dims(labels, 1)
+        pairs = ops.logical_and(ops.greater(upper_label, lower_label),
+                                ops.logical_and(ops.expand_dims(mask, 2),
+                                                ops.expand_dims(mask, 1)))
+        logistic = ops.softplus(ops.expand_dims(scores, 1) - ops.expand_dims(scores, 2))
+        weights, normaliser = self.pair_weights(labels, mask)
+        total = ops.sum(ops.where(pairs, logistic, 0.0) * ops.expand_dims(weights, 2),
+                        axis=(1, 2))
+        return rank_ops.safe_divide(total, normaliser), ops.any(pairs, axis=(1, 2))
+
+
+@_serializable
+class WeightedRankNetLoss(RankNetLoss):
+    """Weighted RankNet (Chen et al. 2009, §4): a tighter upper bound of 1 − NDCG@C.
+
+        loss = (1/N_C) Σ_{l_i > l_j} G(l_i)·D(p_i) · ln(1 + e^{−(s_i − s_j)}),
+        p_i = 1 + #{documents with label > l_i},  G(l) = 2^l − 1,  D(p) = 1/log2(1 + p)·1{p ≤ C}.
+
+    The weights come from the ground truth (the best position a document can hold), never from the
+    model's current ranking. Chen's Theorem 1 gives 1 − NDCG@C ≤ loss / ln 2. `topk` is C
+    (None: the whole list); N_C is the ideal DCG@C.
+    """
+
+    def __init__(self, topk=None, reduction="sum_over_batch_size",
+                 name="weighted_ranknet_loss", dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.topk = _check_cutoff("topk", topk)
+
+    def pair_weights(self, labels, mask):
+        return _chen_weights(labels, mask, rank_ops.ideal_positions(labels, mask), self.topk)
+
+    def get_config(self):
+        return {**super().get_config(), "topk": self.topk}
+
+
+@_serializable
+class ListMLELoss(RankingLoss):
+    """ListMLE (Xia et al. 2008): −log Plackett–Luce likelihood of a label-consistent permutation.
+
+        loss = Σ_{s=1}^{n} (−s_{y(s)} + ln Σ_{i ≥ s} e^{s_{y(i)}}),
+
+    where y sorts the documents by descending label. Documents with equal labels are ordered by a
+    stateless pseudo-random key hashed from (seed, slot, score): reproducible for a seed, changing
+    from step to step as the scores move. Without ties it equals TF-Ranking's `ListMLELoss`. The
+    log-sum-exp is taken per position over a mask, so score gaps of 1e4 stay finite. A list
+    contributes when it has a document with label > 0.
+    """
+
+    def __init__(self, seed=0, reduction="sum_over_batch_size", name="listmle_loss",
+                 dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"`seed` must be an int; got {seed!r}")
+        self.seed = seed
+
+    def position_weights(self, labels, mask, positions):
+        """Returns the weight of each position's term and the list normaliser."""
+        return ops.ones_like(labels), ops.ones_like(labels[:, 0])
+
+    def per_list(self, labels, mask, scores):
+        keys = rank_ops.tie_breaking_keys(scores, self.seed)
+        positions = rank_ops.permutation_positions(labels, mask, keys)
+        # remaining[b, x, i]: document i is still unplaced when x is placed (pos_i ≥ pos_x).
+        remaining = ops.logical_and(
+            ops.greater_equal(ops.expand_dims(positions, 1), ops.expand_dims(positions, 2)),
+            ops.expand_dims(mask, 1))
+        log_normaliser = rank_ops.masked_logsumexp(ops.expand_dims(scores, 1), remaining)
+        terms = ops.where(mask, log_normaliser - scores, 0.0)
+        weights, normaliser = self.position_weights(labels, mask, positions)
+        has_relevant = rank_ops.count_per_list(ops.greater(labels, 0.0)) > 0
+        return rank_ops.safe_divide(ops.sum(terms * weights, axis=-1), normaliser), has_relevant
+
+    def get_config(self):
+        return {**super().get_config(), "seed": self.seed}
+
+
+@_serializable
+class WeightedListMLELoss(ListMLELoss):
+    """Weighted ListMLE (Chen et al. 2009, §4): a tighter upper bound of 1 − NDCG@C.
+
+        loss = (1/N_C) Σ_{s=1}^{n} G(l_{y(s)})·D(s) · (−s_{y(s)} + ln Σ_{i ≥ s} e^{s_{y(i)}}),
+
+    with y the label-consistent permutation of `ListMLELoss`, G(l) = 2^l − 1,
+    D(s) = 1/log2(1 + s)·1{s ≤ C}, and N_C the ideal DCG@C. Chen's Theorem 2 gives
+    1 − NDCG@C ≤ loss / ln 2. `topk` is C (None: the whole list).
+    """
+
+    def __init__(self, topk=None, seed=0, reduction="sum_over_batch_size",
+                 name="weighted_listmle_loss", dtype=None):
+        super().__init__(seed=seed, reduction=reduction, name=name, dtype=dtype)
+        self.topk = _check_cutoff("topk", topk)
+
+    def position_weights(self, labels, mask, positions):
+        return _chen_weights(labels, mask, positions, self.topk)
+
+    def get_config(self):
+        return {**super().get_config(), "topk": self.topk}
+
+
+LOSSES = {
+    "approx_ndcg": ApproxNDCGLoss,
+    "approx_ap": ApproxAPLoss,
+    "approx_precision": ApproxPrecisionLoss,
+    "ranknet": RankNetLoss,
+    "weighted_ranknet": WeightedRankNetLoss,
+    "listmle": ListMLELoss,
+    "weighted_listmle": WeightedListMLELoss,
+}
+
+
+def get(name, **params):
+    """Returns the loss called `name` (a key of `LOSSES`), built with `params`."""
+    if name not in LOSSES:
+        raise ValueError(f"unknown loss {name!r}; expected one of {sorted(LOSSES)}")
+    return LOSSES[name](**params)

@@ -1,0 +1,196 @@
+"""Ranking math shared by losses and metrics: input standardisation, ranks, gains, discounts.
+
+Everything here is written with `keras.ops`, so it runs on the TensorFlow, JAX and PyTorch
+backends. Tensors are `[batch, list_size]` unless a docstring says otherwise; `mask` is True on
+real documents and False on padded slots. No function here lets a padded slot enter a sum.
+"""
+
+from keras import ops
+
+COMPUTE_DTYPE = "float32"
+
+
+def _static_shape(x):
+    return tuple(x.shape)
+
+
+def standardize(y_true, y_pred):
+    """Returns `(labels, mask, scores)`: float32 `[B, L]`, bool `[B, L]`, float32 `[B, L]`.
+
+    `y_true` is a `[B, L]` tensor of graded labels (a label < 0 marks padding) or a dict
+    `{"labels": [B, L], "mask": [B, L]}`; `y_pred` is `[B, L]` or `[B, L, 1]`. Padded slots get
+    label 0 and score 0, so a NaN or huge value there cannot reach any value or gradient.
+    Scores in float16/bfloat16 are computed in float32.
+    """
+    if isinstance(y_true, dict):
+        if "labels" not in y_true:
+            raise ValueError(
+                "y_true as a dict needs the key 'labels' (and optionally 'mask'); "
+                f"got keys {sorted(y_true)}")
+        labels, mask = y_true["labels"], y_true.get("mask")
+    else:
+        labels, mask = y_true, None
+    labels = ops.cast(ops.convert_to_tensor(labels), COMPUTE_DTYPE)
+    scores = ops.cast(ops.convert_to_tensor(y_pred), COMPUTE_DTYPE)
+    if len(scores.shape) == 3 and scores.shape[-1] == 1:
+        scores = ops.squeeze(scores, axis=-1)
+    if len(labels.shape) == 3 and labels.shape[-1] == 1:
+        labels = ops.squeeze(labels, axis=-1)
+    for what, tensor in (("y_true (labels)", labels), ("y_pred (scores)", scores)):
+        if len(tensor.shape) != 2:
+            raise ValueError(
+                f"{what} must have shape [batch, list_size] (y_pred may also be "
+                f"[batch, list_size, 1]); got shape {_static_shape(tensor)}")
+    if not _shapes_compatible(labels.shape, scores.shape):
+        raise ValueError(
+            f"y_true (labels) has shape {_static_shape(labels)} but y_pred (scores) has "
+            f"shape {_static_shape(scores)}; both must be [batch, list_size]")
+    valid = ops.greater_equal(labels, 0.0)
+    if mask is not None:
+        mask = ops.convert_to_tensor(mask)
+        if not _shapes_compatible(mask.shape, labels.shape):
+            raise ValueError(
+                f"y_true['mask'] has shape {_static_shape(mask)} but the labels have shape "
+                f"{_static_shape(labels)}")
+        valid = ops.logical_and(valid, ops.cast(mask, "bool"))
+    labels = ops.where(valid, labels, 0.0)
+    scores = ops.where(valid, scores, 0.0)
+    return labels, valid, scores
+
+
+def _shapes_compatible(a, b):
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def pairs_of_others(mask):
+    """Returns bool `[B, L, L]`: entry `[b, i, j]` is True when j is a real document other than i."""
+    list_size = ops.shape(mask)[1]
+    not_self = ops.logical_not(ops.eye(list_size, dtype="bool"))
+    return ops.logical_and(ops.expand_dims(mask, 1), ops.expand_dims(not_self, 0))
+
+
+def approx_ranks(scores, mask, alpha):
+    """Returns the smooth positions π̂(x) = 1 + Σ_{y≠x, y real} σ(α(s_y − s_x)) (Qin et al. eq. 20).
+
+    Padded documents take no part in any sum. Broadcasts `[B, 1, L] − [B, L, 1]`; σ saturates
+    cleanly, so |α·Δs| up to 1e4 and beyond gives finite values and gradients.
+    """
+    scaled = ops.multiply(scores, alpha)
+    # above[b, x, y] = σ(α(s_y − s_x)): how much y is placed above x.
+    above = ops.sigmoid(ops.expand_dims(scaled, 1) - ops.expand_dims(scaled, 2))
+    above = ops.where(pairs_of_others(mask), above, 0.0)
+    return 1.0 + ops.sum(above, axis=-1)
+
+
+def exact_ranks(scores, mask):
+    """Returns 1-based positions π(x) after sorting by descending score; ties keep list order.
+
+    π(x) = 1 + #{real y: s_y > s_x} + #{real y before x in the list: s_y = s_x}. Padded slots get
+    positions too, but no measure reads them.
+    """
+    list_size = ops.shape(scores)[1]
+    index = ops.arange(list_size)
+    earlier = ops.expand_dims(index, 0) < ops.expand_dims(index, 1)  # [x, y]: y is before x
+    s_x, s_y = ops.expand_dims(scores, 2), ops.expand_dims(scores, 1)
+    above = ops.logical_or(
+        ops.greater(s_y, s_x),
+        ops.logical_and(ops.equal(s_y, s_x), ops.expand_dims(earlier, 0)))
+    above = ops.logical_and(above, ops.expand_dims(mask, 1))
+    return 1.0 + ops.sum(ops.cast(above, COMPUTE_DTYPE), axis=-1)
+
+
+def gains(labels):
+    """Returns the gain G(y) = 2^y − 1 of each label (0 on padded slots, whose label is 0)."""
+    return ops.power(2.0, labels) - 1.0
+
+
+def discounts(ranks):
+    """Returns the position discount D(r) = 1 / log2(1 + r)."""
+    return ops.log(2.0) / ops.log1p(ranks)
+
+
+def top_k_cutoff(ranks, k):
+    """Returns 1{r ≤ k} as float, or all ones when `k` is None."""
+    if k is None:
+        return ops.ones_like(ranks)
+    return ops.cast(ops.less_equal(ranks, float(k)), COMPUTE_DTYPE)
+
+
+def smooth_top_k_cutoff(ranks, k, beta):
+    """Returns σ(β(k + ½ − r)), the smooth truncation of 1{r ≤ k} (Qin et al. §4.2), or ones."""
+    if k is None:
+        return ops.ones_like(ranks)
+    return ops.sigmoid(beta * (float(k) + 0.5 - ranks))
+
+
+def ideal_positions(labels, mask):
+    """Returns each document's best attainable position: 1 + #{real y: label_y > label_x}."""
+    higher = ops.greater(ops.expand_dims(labels, 1), ops.expand_dims(labels, 2))
+    higher = ops.logical_and(higher, ops.expand_dims(mask, 1))
+    return 1.0 + ops.sum(ops.cast(higher, COMPUTE_DTYPE), axis=-1)
+
+
+def ideal_dcg(labels, topk=None):
+    """Returns N = max DCG (@topk): Σ_r G(r-th largest label)·D(r), r ≤ topk. Padded labels are 0."""
+    best_first = ops.flip(ops.sort(gains(labels), axis=-1), axis=-1)
+    positions = ops.cast(ops.arange(1, ops.shape(labels)[1] + 1), COMPUTE_DTYPE)
+    weights = discounts(positions) * top_k_cutoff(positions, topk)
+    return ops.sum(best_first * ops.expand_dims(weights, 0), axis=-1)
+
+
+def safe_divide(numerator, denominator):
+    """Returns numerator / denominator, and 0 where the denominator is 0 — with finite gradients."""
+    nonzero = ops.not_equal(denominator, 0.0)
+    return ops.where(nonzero, numerator / ops.where(nonzero, denominator, 1.0), 0.0)
+
+
+def binary_relevance(labels, mask, threshold):
+    """Returns r(x) = 1{label ≥ threshold} on real documents, as float."""
+    return ops.cast(ops.logical_and(mask, ops.greater_equal(labels, threshold)), COMPUTE_DTYPE)
+
+
+def count_per_list(indicator):
+    """Returns Σ over the list of a bool or 0/1 tensor, as float `[B]`."""
+    return ops.sum(ops.cast(indicator, COMPUTE_DTYPE), axis=-1)
+
+
+def tie_breaking_keys(scores, seed):
+    """Returns pseudo-random keys in [0, 1) per slot, to order documents with equal labels.
+
+    A stateless hash of (seed, position, score), so it works under jit on every backend, differs
+    from step to step as the scores move, and is reproducible for a given seed. No gradient.
+    """
+    index = ops.cast(ops.arange(ops.shape(scores)[1]), COMPUTE_DTYPE)
+    noise = ops.sin(ops.stop_gradient(scores) * 12.9898 + index * 78.233 + float(seed) * 0.618)
+    noise = noise * 43758.5453
+    return noise - ops.floor(noise)
+
+
+def permutation_positions(labels, mask, keys):
+    """Returns 1-based positions in the label-consistent permutation y (labels descending).
+
+    Documents with equal labels are ordered by descending `keys`; remaining exact ties keep list
+    order. Padded slots come after every real document.
+    """
+    list_size = ops.shape(labels)[1]
+    index = ops.arange(list_size)
+    earlier = ops.expand_dims(ops.expand_dims(index, 0) < ops.expand_dims(index, 1), 0)
+    l_x, l_y = ops.expand_dims(labels, 2), ops.expand_dims(labels, 1)
+    k_x, k_y = ops.expand_dims(keys, 2), ops.expand_dims(keys, 1)
+    same_label = ops.equal(l_y, l_x)
+    ahead = ops.logical_or(
+        ops.greater(l_y, l_x),
+        ops.logical_and(same_label, ops.logical_or(
+            ops.greater(k_y, k_x), ops.logical_and(ops.equal(k_y, k_x), earlier))))
+    ahead = ops.logical_and(ahead, ops.expand_dims(mask, 1))
+    return 1.0 + ops.sum(ops.cast(ahead, COMPUTE_DTYPE), axis=-1)
+
+
+def masked_logsumexp(values, include):
+    """Returns log Σ_{j: include[..., j]} exp(values[..., j]) over the last axis, stably.
+
+    `include` must select at least one entry of every row that is read; other rows give a finite
+    value that callers ignore.
+    """
+    lowest = ops.cast(-1e30, values.dtype)
+    return ops.logsumexp(ops.where(include, values, lowest), axis=-1)

@@ -267,7 +267,7 @@ class ListMLELoss(RankingLoss):
         loss = Σ_{s=1}^{n} (−s_{y(s)} + ln Σ_{i ≥ s} e^{s_{y(i)}}),
 
     where y sorts the documents by descending label. Documents with equal labels are ordered by a
-    stateless pseudo-random key hashed from (seed, slot, score): reproducible for a seed, changing
+    stateless pseudo-random key hashed from (seed, document index, score): reproducible for a seed, changing
     from step to step as the scores move. Without ties it equals TF-Ranking's `ListMLELoss`. The
     log-sum-exp is taken per position over a mask, so score gaps of 1e4 stay finite. A list
     contributes when it has a document with label > 0.
@@ -285,7 +285,7 @@ class ListMLELoss(RankingLoss):
         return ops.ones_like(labels), ops.ones_like(labels[:, 0])
 
     def per_list(self, labels, mask, scores):
-        keys = rank_ops.tie_breaking_keys(scores, self.seed)
+        keys = rank_ops.tie_breaking_keys(scores, mask, self.seed)
         positions = rank_ops.permutation_positions(labels, mask, keys)
         # remaining[b, x, i]: document i is still unplaced when x is placed (pos_i ≥ pos_x).
         remaining = ops.logical_and(

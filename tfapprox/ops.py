@@ -154,13 +154,14 @@ def count_per_list(indicator):
     return ops.sum(ops.cast(indicator, COMPUTE_DTYPE), axis=-1)
 
 
-def tie_breaking_keys(scores, seed):
-    """Returns pseudo-random keys in [0, 1) per slot, to order documents with equal labels.
+def tie_breaking_keys(scores, mask, seed):
+    """Returns pseudo-random keys in [0, 1) per document, to order documents with equal labels.
 
-    A stateless hash of (seed, position, score), so it works under jit on every backend, differs
-    from step to step as the scores move, and is reproducible for a given seed. No gradient.
+    A stateless hash of (seed, index among the real documents, score), so it works under jit on
+    every backend, ignores padding, differs from step to step as the scores move, and is
+    reproducible for a given seed. No gradient.
     """
-    index = ops.cast(ops.arange(ops.shape(scores)[1]), COMPUTE_DTYPE)
+    index = ops.cumsum(ops.cast(mask, COMPUTE_DTYPE), axis=-1)
     noise = ops.sin(ops.stop_gradient(scores) * 12.9898 + index * 78.233 + float(seed) * 0.618)
     noise = noise * 43758.5453
     return noise - ops.floor(noise)

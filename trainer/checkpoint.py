@@ -79,6 +79,7 @@ def save(run_dir: str | os.PathLike, checkpoint: Checkpoint) -> Path:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
             f.flush()
+            os.fchmod(f.fileno(), 0o644)
             os.fsync(f.fileno())
         target = path_in(run_dir)
         os.replace(tmp, target)

@@ -364,13 +364,14 @@ def parse_sequence_examples(serialized: tf.Tensor, num_features: int):
     _, sequences, lengths = tf.io.parse_sequence_example(
         serialized,
         sequence_features={
-            FEATURES_KEY: tf.io.FixedLenSequenceFeature([num_features], tf.float32, default_value=0.0),
-            LABEL_KEY: tf.io.FixedLenSequenceFeature([], tf.float32, default_value=PAD_LABEL),
+            FEATURES_KEY: tf.io.FixedLenSequenceFeature([num_features], tf.float32),
+            LABEL_KEY: tf.io.FixedLenSequenceFeature([], tf.float32),
         },
     )
     features = sequences[FEATURES_KEY]
     mask = tf.sequence_mask(lengths[FEATURES_KEY], maxlen=tf.shape(features)[1])
-    return features, mask, sequences[LABEL_KEY]
+    labels = tf.where(mask, sequences[LABEL_KEY], PAD_LABEL)
+    return features, mask, labels
 
 
 def parse_lists(serialized: tf.Tensor, num_features: int, *, record_format: str = "elwc", **kwargs):

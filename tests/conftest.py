@@ -1,0 +1,71 @@
+"""Shared test helpers: random ranking batches and backend-neutral conversion."""
+
+import os
+import pathlib
+
+import numpy as np
+import pytest
+from keras import ops
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def to_numpy(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def random_batch(rng, batch=4, list_size=8, max_label=4, pad_fraction=0.2, distinct=True):
+    """Returns (labels, scores) as float32 [batch, list_size]; padded slots have label -1."""
+    labels = rng.integers(0, max_label + 1, size=(batch, list_size)).astype(np.float32)
+    labels[rng.random((batch, list_size)) < pad_fraction] = -1.0
+    if distinct:
+        scores = rng.permutation(batch * list_size).reshape(batch, list_size).astype(np.float32)
+        scores = scores / list_size + rng.normal(0, 0.01, size=scores.shape).astype(np.float32)
+    else:
+        scores = rng.normal(size=(batch, list_size)).astype(np.float32)
+    return labels, scores
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20091207)
+
+
+def pytest_collection_modifyitems(config, items):
+    if SHARED_DATA.is_dir():
+        return
+    skip = pytest.mark.skip(reason=f"LETOR data not found at {SHARED_DATA}")
+    for item in items:
+        if "data" in item.keywords:
+            item.add_marker(skip)
+
+
+def backend():
+    return os.environ.get("KERAS_BACKEND", "tensorflow")
+
+
+def loss_and_grad(loss_fn, labels, scores):
+    """Returns (value, d value / d scores) as numpy, on the active Keras backend.
+
+    `loss_fn(labels, scores_tensor)` must return a scalar (it is summed otherwise).
+    """
+    name = backend()
+    if name == "tensorflow":
+        import tensorflow as tf
+        x = tf.convert_to_tensor(scores)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = tf.reduce_sum(loss_fn(labels, x))
+        return value.numpy(), tape.gradient(value, x).numpy()
+    if name == "jax":
+        import jax
+        import jax.numpy as jnp
+        value, grad = jax.value_and_grad(lambda s: jnp.sum(loss_fn(labels, s)))(
+            jnp.asarray(scores))
+        return np.asarray(value), np.asarray(grad)
+    import torch
+    x = torch.tensor(scores, requires_grad=True)
+    value = torch.sum(loss_fn(labels, x))
+    value.backward()
+    return value.detach().numpy(), x.grad.numpy()

@@ -1,0 +1,298 @@
+"""Tests for tfapprox.export: TF Serving layout, the three signatures, isolation and atomicity."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from tfapprox import export
+from tfapprox.data import records
+from tfapprox.models import DNNScorer
+
+NUM_FEATURES = 7
+LENGTHS = (2, 5, 3)
+SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+ON_TENSORFLOW = keras.backend.backend() == "tensorflow"
+needs_tensorflow = pytest.mark.skipif(not ON_TENSORFLOW, reason="export needs the TF backend")
+
+
+def _lists(seed=0):
+    """Returns (features [B, L, F], mask [B, L]) for lists of LENGTHS, padding filled with 9."""
+    rng = np.random.default_rng(seed)
+    mask = np.arange(max(LENGTHS))[None, :] < np.array(LENGTHS)[:, None]
+    features = rng.normal(size=mask.shape + (NUM_FEATURES,)).astype("float32")
+    features[~mask] = 9.0
+    return features, mask
+
+
+def _trained_scorer():
+    features, mask = _lists(1)
+    labels = np.where(mask, np.arange(mask.shape[1]) % 3, -1).astype("float32")
+    model = DNNScorer((16, 8), batch_norm_momentum=0.5)
+    model.compile(
+        optimizer="adam",
+        loss=lambda y, s: ops.sum(ops.where(y >= 0, ops.square(y - s), 0.0), axis=-1),
+    )
+    for _ in range(3):  # moves weights and moving statistics away from their initial values
+        model.train_on_batch({"features": features, "mask": mask}, labels)
+    return model
+
+
+def _expected_scores(model, features, mask):
+    return ops.convert_to_numpy(model({"features": features, "mask": mask}, training=False))
+
+
+def _requests(features, mask):
+    """Returns (serialized ELWC [B], serialized tf.Example [N]) for the valid documents."""
+    elwc = [records.encode_elwc(f[m]) for f, m in zip(features, mask)]
+    examples = records.encode_examples(features[mask])
+    return elwc, examples
+
+
+def _run(args, **kwargs):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, **kwargs)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    if not ON_TENSORFLOW:
+        pytest.skip("export needs the TF backend")
+    model = _trained_scorer()
+    base_dir = tmp_path_factory.mktemp("saved_models")
+    path = export.export_saved_model(model, base_dir, "ranker", NUM_FEATURES)
+    return model, base_dir, path
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    import tensorflow as tf
+
+    return tf.saved_model.load(exported[2])
+
+
+@needs_tensorflow
+def test_layout_is_base_name_version(exported):
+    _, base_dir, path = exported
+    assert path == os.path.join(str(base_dir), "ranker", "1")
+    assert os.listdir(os.path.join(base_dir, "ranker")) == ["1"]
+    assert os.path.isfile(os.path.join(path, "saved_model.pb"))
+    assert os.path.isdir(os.path.join(path, "variables"))
+
+
+@needs_tensorflow
+def test_every_signature_matches_the_in_memory_model(exported, loaded):
+    import tensorflow as tf
+
+    model = exported[0]
+    features, mask = _lists(2)
+    expected = _expected_scores(model, features, mask)
+    elwc, examples = _requests(features, mask)
+    signatures = loaded.signatures
+    assert set(signatures) == set(export.SIGNATURES)
+
+    lists = signatures["serving_default"](elwc=tf.constant(elwc))["scores"].numpy()
+    assert lists.shape == mask.shape
+    np.testing.assert_allclose(lists[mask], expected[mask], atol=1e-5)
+    assert np.all(lists[~mask] == 0.0)
+
+    raw = signatures["score_features"](features=tf.constant(features))["scores"].numpy()
+    np.testing.assert_allclose(raw[mask], expected[mask], atol=1e-5)
+
+    documents = signatures["score_examples"](examples=tf.constant(examples))["scores"].numpy()
+    assert documents.shape == (int(mask.sum()),)
+    np.testing.assert_allclose(documents, expected[mask], atol=1e-5)
+
+
+@needs_tensorflow
+def test_saved_model_cli_lists_the_signatures(exported):
+    shown = _run([SAVED_MODEL_CLI, "show", "--all", "--dir", exported[2]])
+    for name, argument in [
+        ("serving_default", "elwc"),
+        ("score_features", "features"),
+        ("score_examples", "examples"),
+    ]:
+        assert f"signature_def['{name}']" in shown
+        assert f"inputs['{argument}']" in shown
+    assert shown.count("outputs['scores']") == 3
+
+
+@needs_tensorflow
+def test_saved_model_cli_run_scores_a_sample(exported, tmp_path):
+    model, _, path = exported
+    features, mask = _lists(3)
+    elwc, _ = _requests(features, mask)
+    request = tmp_path / "elwc.npy"
+    np.save(request, np.array(elwc, dtype=object), allow_pickle=True)
+    outdir = tmp_path / "out"
+    _run(
+        [
+            SAVED_MODEL_CLI, "run", "--dir", path, "--tag_set", "serve",
+            "--signature_def", "serving_default", "--inputs", f"elwc={request}",
+            "--outdir", str(outdir),
+        ]
+    )
+    scores = np.load(outdir / "scores.npy")
+    np.testing.assert_allclose(scores[mask], _expected_scores(model, features, mask)[mask], atol=1e-5)
+
+
+@needs_tensorflow
+def test_fresh_process_loads_it_without_tfapprox(exported, tmp_path):
+    import tensorflow as tf
+
+    model, _, path = exported
+    features, mask = _lists(4)
+    elwc, examples = _requests(features, mask)
+    np.savez(tmp_path / "request.npz", features=features, elwc=np.array(elwc, dtype=object),
+             examples=np.array(examples, dtype=object))
+    site_packages = os.path.dirname(os.path.dirname(tf.__file__))
+    script = tmp_path / "serve.py"
+    script.write_text(textwrap.dedent(f"""
+        import importlib.util, sys
+        sys.path.append({site_packages!r})
+        assert importlib.util.find_spec("tfapprox") is None, "tfapprox must not be importable"
+        import numpy as np
+        import tensorflow as tf
+        request = np.load("request.npz", allow_pickle=True)
+        signatures = tf.saved_model.load({path!r}).signatures
+        np.savez(
+            "response.npz",
+            lists=signatures["serving_default"](elwc=tf.constant(list(request["elwc"])))["scores"],
+            raw=signatures["score_features"](features=tf.constant(request["features"]))["scores"],
+            documents=signatures["score_examples"](
+                examples=tf.constant(list(request["examples"])))["scores"],
+        )
+        assert "tfapprox" not in sys.modules
+    """))
+    # -I: no PYTHONPATH, no script or working directory on sys.path; -S: no site-packages .pth
+    # files, so the editable install's import hook for tfapprox is not there.
+    _run([sys.executable, "-I", "-S", str(script)], cwd=tmp_path)
+    response = np.load(tmp_path / "response.npz")
+    expected = _expected_scores(model, features, mask)
+    np.testing.assert_allclose(response["lists"][mask], expected[mask], atol=1e-5)
+    np.testing.assert_allclose(response["raw"][mask], expected[mask], atol=1e-5)
+    np.testing.assert_allclose(response["documents"], expected[mask], atol=1e-5)
+
+
+@needs_tensorflow
+def test_wrong_feature_count_gets_a_clear_error(loaded):
+    import tensorflow as tf
+
+    features, mask = _lists(5)
+    narrow = features[..., :5]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[batch, list, 7\].*\[3 5 5\]"):
+        loaded.signatures["score_features"](features=tf.constant(narrow))
+    elwc, examples = _requests(narrow, mask)
+    message = r"Key: features.*Values size: 5 but output shape: \[7\]"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        loaded.signatures["serving_default"](elwc=tf.constant(elwc))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        loaded.signatures["score_examples"](examples=tf.constant(examples))
+
+
+@needs_tensorflow
+def test_wrong_dtype_gets_a_clear_error(loaded):
+    import tensorflow as tf
+
+    features, _ = _lists(6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="expected to be a float tensor but is a double"):
+        loaded.signatures["score_features"](features=tf.constant(features, tf.float64))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="expected to be a string tensor but is a float"):
+        loaded.signatures["serving_default"](elwc=tf.constant(features[:, 0, 0]))
+
+
+def _watch_write_out(monkeypatch, then_fail=False):
+    """Wraps ExportArchive.write_out to record what a watcher of the model dir sees meanwhile."""
+    seen = []
+    real_write_out = type(keras.export.ExportArchive()).write_out
+
+    def write_out(self, filepath, **kwargs):
+        model_dir = os.path.dirname(filepath)
+        seen.append(sorted(os.listdir(model_dir)))
+        real_write_out(self, filepath, **kwargs)
+        seen.append(sorted(os.listdir(model_dir)))
+        if then_fail:
+            raise OSError("disk full")
+
+    monkeypatch.setattr(type(keras.export.ExportArchive()), "write_out", write_out)
+    return seen
+
+
+@needs_tensorflow
+def test_no_version_is_visible_before_it_is_complete(tmp_path, monkeypatch):
+    seen = _watch_write_out(monkeypatch)
+    path = export.export_saved_model(DNNScorer((4,)), tmp_path, "ranker", NUM_FEATURES, version=3)
+    assert path == os.path.join(str(tmp_path), "ranker", "3")
+    assert len(seen) == 2
+    for listing in seen:  # only the hidden staging directory, never "3"
+        assert len(listing) == 1 and listing[0].startswith(".tmp-3-")
+    assert os.listdir(tmp_path / "ranker") == ["3"]
+
+
+@needs_tensorflow
+def test_failed_export_leaves_nothing(tmp_path, monkeypatch):
+    _watch_write_out(monkeypatch, then_fail=True)
+    with pytest.raises(OSError, match="disk full"):
+        export.export_saved_model(DNNScorer((4,)), tmp_path, "ranker", NUM_FEATURES)
+    assert os.listdir(tmp_path / "ranker") == []
+
+
+@needs_tensorflow
+def test_versions_count_up_and_are_never_overwritten(tmp_path):
+    model = DNNScorer((4,))
+    old_umask = os.umask(0o022)
+    try:
+        first = export.export_saved_model(model, tmp_path, "ranker", NUM_FEATURES)
+    finally:
+        os.umask(old_umask)
+    assert os.stat(first).st_mode & 0o777 == 0o755  # readable by a server running as another user
+    assert export.export_saved_model(model, tmp_path, "ranker", NUM_FEATURES, version=10).endswith("10")
+    assert export.export_saved_model(model, tmp_path, "ranker", NUM_FEATURES).endswith("11")
+    marker = tmp_path / "ranker" / "10" / "keep"
+    marker.write_text("x")
+    with pytest.raises(FileExistsError, match="Version 10 of model 'ranker' already exists"):
+        export.export_saved_model(model, tmp_path, "ranker", NUM_FEATURES, version=10)
+    assert marker.read_text() == "x"
+    assert sorted(os.listdir(tmp_path / "ranker")) == ["1", "10", "11"]
+
+
+@needs_tensorflow
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"name": "a/b"}, "name must be a non-empty directory name"),
+        ({"name": ".hidden"}, "name must be a non-empty directory name"),
+        ({"version": -1}, "version must be None or a non-negative integer"),
+        ({"version": "2"}, "version must be None or a non-negative integer"),
+        ({"version": True}, "version must be None or a non-negative integer"),
+        ({"num_features": 0}, "num_features must be a positive integer"),
+        ({"example_layout": "csv"}, "example_layout must be one of"),
+    ],
+)
+def test_invalid_arguments_are_named(tmp_path, kwargs, message):
+    arguments = {"name": "ranker", "num_features": NUM_FEATURES, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        export.export_saved_model(DNNScorer((4,)), tmp_path, **arguments)
+    assert not (tmp_path / "ranker").exists()
+
+
+@needs_tensorflow
+def test_model_built_for_other_features_is_refused(tmp_path):
+    model = DNNScorer((4,))
+    model(np.zeros((1, 2, 5), "float32"))
+    with pytest.raises(ValueError, match="cannot score documents with num_features=7"):
+        export.export_saved_model(model, tmp_path, "ranker", NUM_FEATURES)
+    assert not (tmp_path / "ranker").exists()
+
+
+@pytest.mark.skipif(ON_TENSORFLOW, reason="checks the message other backends get")
+def test_other_backends_get_a_clear_error(tmp_path):
+    with pytest.raises(RuntimeError, match="needs the TensorFlow backend"):
+        export.export_saved_model(DNNScorer((4,)), tmp_path, "ranker", NUM_FEATURES)

@@ -1,0 +1,271 @@
+"""Loss semantics: padding, permutation, edge cases, reductions, arguments, reference formulas."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import loss_and_grad, random_batch, to_numpy
+from tfapprox import losses
+
+ALL_LOSSES = [
+    losses.ApproxNDCGLoss(),
+    losses.ApproxNDCGLoss(alpha=50.0, topk=3, beta=5.0),
+    losses.ApproxAPLoss(),
+    losses.ApproxPrecisionLoss(k=3),
+    losses.RankNetLoss(),
+    losses.WeightedRankNetLoss(),
+    losses.WeightedRankNetLoss(topk=2),
+    losses.ListMLELoss(),
+    losses.WeightedListMLELoss(),
+    losses.WeightedListMLELoss(topk=3),
+]
+IDS = [f"{type(l).__name__}-{i}" for i, l in enumerate(ALL_LOSSES)]
+
+
+def per_list(loss, labels, scores):
+    return to_numpy(loss.call(labels, scores))
+
+
+@pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
+def test_padding_changes_no_value_and_no_gradient(loss, rng):
+    labels, scores = random_batch(rng, batch=6, list_size=7, pad_fraction=0.0)
+    labels[:, 0] = 2.0  # every list has a relevant document
+    pad_labels = np.full((6, 5), -1.0, np.float32)
+    pad_scores = rng.normal(scale=1e3, size=(6, 5)).astype(np.float32)
+    pad_scores[0, 0], pad_scores[1, 1], pad_scores[2, 2] = np.nan, np.inf, -np.inf
+    # Padding on both sides of the real documents.
+    padded_labels = np.concatenate([pad_labels[:, :2], labels, pad_labels[:, 2:]], axis=1)
+    padded_scores = np.concatenate([pad_scores[:, :2], scores, pad_scores[:, 2:]], axis=1)
+
+    value, grad = loss_and_grad(lambda y, s: loss.call(y, s), labels, scores)
+    padded_value, padded_grad = loss_and_grad(lambda y, s: loss.call(y, s), padded_labels,
+                                              padded_scores)
+    np.testing.assert_allclose(padded_value, value, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(padded_grad[:, 2:9], grad, rtol=1e-5, atol=1e-6)
+    assert np.all(padded_grad[:, :2] == 0) and np.all(padded_grad[:, 9:] == 0)
+
+
+@pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
+def test_mask_in_dict_is_the_same_as_negative_labels(loss, rng):
+    labels, scores = random_batch(rng, batch=5, list_size=9, pad_fraction=0.3)
+    mask = labels >= 0
+    as_dict = {"labels": np.where(mask, labels, 0.0), "mask": mask}
+    np.testing.assert_allclose(per_list(loss, as_dict, scores), per_list(loss, labels, scores),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
+def test_permuting_a_list_changes_nothing(loss, rng):
+    list_size = 8
+    # Distinct labels: the label-consistent permutation of ListMLE is then unique.
+    labels = np.stack([rng.permutation(list_size) for _ in range(4)]).astype(np.float32) / 2
+    _, scores = random_batch(rng, batch=4, list_size=list_size, pad_fraction=0.0)
+    order = rng.permutation(list_size)
+    np.testing.assert_allclose(per_list(loss, labels[:, order], scores[:, order]),
+                               per_list(loss, labels, scores), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
+@pytest.mark.parametrize("case", ["huge_scores", "single_item", "equal_scores", "zero_labels",
+                                  "all_padding", "nan_in_padding"])
+def test_gradients_stay_finite(loss, case, rng):
+    labels, scores = random_batch(rng, batch=3, list_size=6, pad_fraction=0.0)
+    labels[:, 0] = 1.0
+    if case == "huge_scores":
+        scores = rng.uniform(-1e4, 1e4, size=scores.shape).astype(np.float32)
+    elif case == "single_item":
+        labels, scores = labels[:, :1], scores[:, :1]
+    elif case == "equal_scores":
+        scores = np.full_like(scores, 0.7)
+    elif case == "zero_labels":
+        labels = np.zeros_like(labels)
+    elif case == "all_padding":
+        labels = np.full_like(labels, -1.0)
+    elif case == "nan_in_padding":
+        labels[:, -1] = -1.0
+        scores[:, -1] = np.nan
+    value, grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores)
+    assert np.isfinite(value) and np.all(np.isfinite(grad))
+    if case in ("zero_labels", "all_padding"):
+        assert value == 0 and np.all(grad == 0)
+    if case == "single_item" and not isinstance(loss, (losses.ApproxNDCGLoss,
+                                                       losses.ApproxAPLoss,
+                                                       losses.ApproxPrecisionLoss)):
+        assert value == 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
+def test_half_precision_scores_give_float32_losses_close_to_float32(loss, dtype, rng):
+    labels, scores = random_batch(rng, batch=4, list_size=10)
+    half = keras.ops.cast(scores, dtype)
+    reference = float(to_numpy(loss(labels, keras.ops.cast(half, "float32"))))
+    value = loss(labels, half)
+    assert keras.backend.standardize_dtype(value.dtype) == "float32"
+    assert math.isclose(float(to_numpy(value)), reference, rel_tol=1e-5, abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
+def test_lists_without_a_loss_do_not_dilute_the_mean(loss, rng):
+    labels, scores = random_batch(rng, batch=3, list_size=6, pad_fraction=0.0)
+    labels[:, 0] = 3.0
+    labels[:, 1] = 0.0
+    empty_labels = np.concatenate([labels, np.zeros((2, 6), np.float32),
+                                   np.full((1, 6), -1.0, np.float32)])
+    more_scores = np.concatenate([scores, rng.normal(size=(3, 6)).astype(np.float32)])
+    mean = float(to_numpy(loss(labels, scores)))
+    assert math.isclose(float(to_numpy(loss(empty_labels, more_scores))), mean, rel_tol=1e-6)
+    assert math.isclose(mean, float(np.mean(per_list(loss, labels, scores))), rel_tol=1e-6)
+
+
+def test_reductions_and_list_weights(rng):
+    labels, scores = random_batch(rng, batch=4, list_size=6, pad_fraction=0.0)
+    labels[:, 0] = 2.0
+    values = per_list(losses.ApproxNDCGLoss(), labels, scores)
+    weights = np.array([1.0, 0.0, 2.0, 3.0], np.float32)
+    weighted_mean = float(np.sum(values * weights) / np.sum(weights))
+    assert math.isclose(float(to_numpy(losses.ApproxNDCGLoss()(labels, scores, weights))),
+                        weighted_mean, rel_tol=1e-6)
+    assert math.isclose(float(to_numpy(losses.ApproxNDCGLoss()(labels, scores,
+                                                               weights[:, None]))),
+                        weighted_mean, rel_tol=1e-6)
+    total = losses.ApproxNDCGLoss(reduction="sum")(labels, scores)
+    assert math.isclose(float(to_numpy(total)), float(np.sum(values)), rel_tol=1e-6)
+    assert to_numpy(losses.ApproxNDCGLoss(reduction=None)(labels, scores)).shape == (4,)
+    with pytest.raises(ValueError, match="one weight per list"):
+        losses.ApproxNDCGLoss()(labels, scores, np.ones((4, 6), np.float32))
+
+
+def test_scores_may_carry_a_trailing_unit_axis(rng):
+    labels, scores = random_batch(rng)
+    loss = losses.ApproxAPLoss(reduction=None)
+    np.testing.assert_allclose(to_numpy(loss(labels, scores[..., None])),
+                               to_numpy(loss(labels, scores)), rtol=1e-7)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: losses.ApproxNDCGLoss(alpha=0.0), "`alpha` must be a finite number > 0; got 0.0"),
+    (lambda: losses.ApproxNDCGLoss(alpha=float("inf")), "`alpha`"),
+    (lambda: losses.ApproxNDCGLoss(topk=0), "`topk` must be None or an int >= 1; got 0"),
+    (lambda: losses.ApproxNDCGLoss(beta="10"), "`beta`"),
+    (lambda: losses.ApproxPrecisionLoss(k=None), "`k` must be an int >= 1; got None"),
+    (lambda: losses.ApproxAPLoss(relevance_threshold=float("nan")), "`relevance_threshold`"),
+    (lambda: losses.ListMLELoss(seed=1.5), "`seed` must be an int"),
+    (lambda: losses.RankNetLoss(reduction="avg"), "`reduction` must be one of"),
+    (lambda: losses.get("lambdarank"), "unknown loss 'lambdarank'"),
+])
+def test_bad_arguments_are_named_in_the_error(make, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        make()
+
+
+def test_bad_shapes_are_named_in_the_error():
+    loss = losses.ApproxNDCGLoss()
+    with pytest.raises(ValueError, match=r"y_true \(labels\) has shape \(2, 3\) but y_pred "
+                                         r"\(scores\) has shape \(2, 4\)"):
+        loss(np.zeros((2, 3), np.float32), np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match=r"must have shape \[batch, list_size\]"):
+        loss(np.zeros((3,), np.float32), np.zeros((3,), np.float32))
+    with pytest.raises(ValueError, match="needs the key 'labels'"):
+        loss({"label": np.zeros((2, 3))}, np.zeros((2, 3), np.float32))
+    with pytest.raises(ValueError, match=r"y_true\['mask'\] has shape \(2, 2\)"):
+        loss({"labels": np.zeros((2, 3)), "mask": np.ones((2, 2), bool)},
+             np.zeros((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
+def test_config_round_trip_and_keras_lookup(loss, rng):
+    labels, scores = random_batch(rng)
+    config = keras.losses.serialize(loss)
+    rebuilt = keras.losses.deserialize(config)
+    assert type(rebuilt) is type(loss) and rebuilt.get_config() == loss.get_config()
+    np.testing.assert_allclose(to_numpy(rebuilt(labels, scores)), to_numpy(loss(labels, scores)))
+    assert type(keras.losses.get(config)) is type(loss)
+    assert config["registered_name"] == f"tfapprox>{type(loss).__name__}"
+
+
+def test_get_builds_each_loss_by_name():
+    for name, cls in losses.LOSSES.items():
+        params = {"k": 5} if cls is losses.ApproxPrecisionLoss else {}
+        assert type(losses.get(name, **params)) is cls
+
+
+# --- Reference formulas, written as plain loops over one list ----------------------------------
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _approx_ranks(s, alpha):
+    return np.array([1 + sum(_sigmoid(alpha * (s[y] - s[x])) for y in range(len(s)) if y != x)
+                     for x in range(len(s))])
+
+
+def _ideal_dcg(y, k=None):
+    gains = np.sort(2.0 ** y - 1)[::-1]
+    k = len(y) if k is None else k
+    return sum(g / np.log2(2 + i) for i, g in enumerate(gains[:k]))
+
+
+def _ranknet(y, s, weight):
+    return sum(weight[i] * np.log1p(np.exp(-(s[i] - s[j])))
+               for i in range(len(y)) for j in range(len(y)) if y[i] > y[j])
+
+
+def _listmle(y, s, weight):
+    order = np.argsort(-y, kind="stable")
+    total = 0.0
+    for pos, doc in enumerate(order):
+        rest = s[order[pos:]]
+        total += weight(pos + 1, doc) * (-s[doc] + np.log(np.sum(np.exp(rest))))
+    return total
+
+
+def _reference(name, y, s, alpha=10.0, beta=10.0, k=3, topk=None):
+    r = (y >= 1).astype(float)
+    ranks = _approx_ranks(s, alpha)
+    if name == "approx_ndcg":
+        cut = np.ones_like(ranks) if topk is None else _sigmoid(beta * (topk + 0.5 - ranks))
+        return -sum((2 ** y - 1) / np.log2(1 + ranks) * cut) / _ideal_dcg(y, topk)
+    if name == "approx_ap":
+        ap = 0.0
+        for yy in range(len(y)):
+            before = sum(r[x] * _sigmoid(beta * (ranks[yy] - ranks[x]))
+                         for x in range(len(y)) if x != yy)
+            ap += r[yy] / ranks[yy] * (1 + before)
+        return -ap / r.sum()
+    if name == "approx_precision":
+        return -sum(r * _sigmoid(beta * (k + 0.5 - ranks))) / k
+    best = np.array([1 + np.sum(y > y[i]) for i in range(len(y))])
+    chen = lambda p, doc: ((2 ** y[doc] - 1) / np.log2(1 + p)  # noqa: E731
+                           * (1.0 if topk is None or p <= topk else 0.0))
+    if name == "ranknet":
+        return _ranknet(y, s, np.ones(len(y)))
+    if name == "weighted_ranknet":
+        return _ranknet(y, s, [chen(best[i], i) for i in range(len(y))]) / _ideal_dcg(y, topk)
+    if name == "listmle":
+        return _listmle(y, s, lambda p, doc: 1.0)
+    if name == "weighted_listmle":
+        return _listmle(y, s, chen) / _ideal_dcg(y, topk)
+    raise KeyError(name)
+
+
+@pytest.mark.parametrize("name, params", [
+    ("approx_ndcg", {}), ("approx_ndcg", {"alpha": 3.0, "topk": 2, "beta": 4.0}),
+    ("approx_ap", {"alpha": 5.0, "beta": 2.0}), ("approx_precision", {"k": 3}),
+    ("ranknet", {}), ("weighted_ranknet", {}), ("weighted_ranknet", {"topk": 2}),
+    ("listmle", {}), ("weighted_listmle", {}), ("weighted_listmle", {"topk": 3}),
+])
+def test_matches_the_paper_formula_written_as_loops(name, params, rng):
+    for _ in range(5):
+        n = int(rng.integers(2, 9))
+        y = rng.permutation(n).astype(np.float32) % 4  # some ties for the pairwise losses
+        if name.endswith("listmle"):
+            y = (rng.permutation(n).astype(np.float32) + 2) / 2  # no ties: a unique order
+        y[0] = max(y[0], 1.0)
+        s = rng.normal(size=n).astype(np.float32)
+        ours = per_list(losses.get(name, reduction=None, **params), y[None], s[None])[0]
+        assert math.isclose(ours, _reference(name, y.astype(float), s.astype(float), **params),
+                            rel_tol=2e-5, abs_tol=1e-6)

@@ -1,0 +1,209 @@
+"""Tests for tfapprox.models: presets, padding safety, permutation equivariance, serialization."""
+
+import numpy as np
+import pytest
+
+import keras
+from keras import ops
+
+from tfapprox.models import PRESETS, DNNScorer, MaskedBatchNormalization, build_scorer
+
+NUM_FEATURES = 5
+HIDDEN = (8, 4)
+
+
+def _batch(seed, batch_size=3, list_size=4):
+    """Returns (features, mask, labels) with lists of different lengths, labels -1 on padding."""
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(batch_size, list_size, NUM_FEATURES)).astype("float32")
+    lengths = np.arange(batch_size) % list_size + 1
+    lengths[-1] = list_size
+    mask = np.arange(list_size)[None, :] < lengths[:, None]
+    labels = np.where(mask, rng.integers(0, 3, size=mask.shape), -1).astype("float32")
+    return features, mask, labels
+
+
+def _pad(features, mask, labels, extra, fill):
+    """Appends `extra` padded slots whose features are `fill` to every list."""
+    batch_size, _, num_features = features.shape
+    pad_features = np.full((batch_size, extra, num_features), fill, dtype="float32")
+    return (
+        np.concatenate([features, pad_features], axis=1),
+        np.concatenate([mask, np.zeros((batch_size, extra), bool)], axis=1),
+        np.concatenate([labels, -np.ones((batch_size, extra), "float32")], axis=1),
+    )
+
+
+def _masked_squared_error(labels, scores):
+    """Sum over valid documents of (label - score)^2: padded slots add exactly nothing."""
+    return ops.sum(ops.where(labels >= 0, ops.square(labels - scores), 0.0), axis=-1)
+
+
+def _trained_copy(weights, features, mask, labels):
+    """Returns a fresh scorer with `weights` after one SGD step on the given batch."""
+    model = DNNScorer(HIDDEN, batch_norm_momentum=0.5)
+    model({"features": features, "mask": mask})
+    model.set_weights(weights)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_masked_squared_error)
+    model.train_on_batch({"features": features, "mask": mask}, labels)
+    return model
+
+
+def _moving_stats(model):
+    return [
+        ops.convert_to_numpy(v)
+        for layer in model._flatten_layers()
+        if isinstance(layer, MaskedBatchNormalization)
+        for v in (layer.moving_mean, layer.moving_variance)
+    ]
+
+
+def test_presets_halve_down_to_sixteen():
+    assert PRESETS["B1024"] == (1024, 512, 256, 128, 64, 32, 16)
+    assert PRESETS["B512"] == (512, 256, 128, 64, 32, 16)
+    assert PRESETS["B64"] == (64, 32, 16)
+    assert sorted(PRESETS) == ["B1024", "B128", "B256", "B512", "B64"]
+    assert build_scorer("b256").hidden_units == PRESETS["B256"]
+    with pytest.raises(ValueError, match="preset must be one of .* received preset='B100'"):
+        build_scorer("B100")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"hidden_units": (8, 0)}, "hidden_units must be positive integers"),
+        ({"hidden_units": (8,), "dropout": 1.0}, r"dropout must be in \[0, 1\)"),
+        ({"hidden_units": (8,), "batch_norm_momentum": 1.0}, r"momentum must be in \[0, 1\)"),
+    ],
+)
+def test_invalid_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DNNScorer(**kwargs)
+
+
+def test_invalid_inputs_are_described():
+    model = DNNScorer(HIDDEN)
+    with pytest.raises(ValueError, match="rank 3"):
+        model(np.zeros((2, NUM_FEATURES), "float32"))
+    with pytest.raises(ValueError, match="received keys"):
+        model({"features": np.zeros((1, 2, NUM_FEATURES), "float32"), "labels": np.zeros((1, 2))})
+
+
+def test_scores_shape_and_padded_slots_score_zero():
+    features, mask, _ = _batch(0)
+    model = DNNScorer(HIDDEN)
+    scores = ops.convert_to_numpy(model({"features": features, "mask": mask}))
+    assert scores.shape == mask.shape and scores.dtype == np.float32
+    assert np.all(scores[~mask] == 0.0)
+    # A bare tensor means every slot is valid.
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(model(features)),
+        ops.convert_to_numpy(model({"features": features, "mask": np.ones_like(mask)})),
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize("fill", [1e30, -7.0, np.nan])
+def test_padding_changes_no_valid_score_nor_moving_stats(fill):
+    features, mask, labels = _batch(1)
+    padded = _pad(features, mask, labels, extra=5, fill=fill)
+    reference = DNNScorer(HIDDEN)
+    reference({"features": features, "mask": mask})
+    weights = reference.get_weights()
+
+    plain = _trained_copy(weights, features, mask, labels)
+    with_pads = _trained_copy(weights, *padded)
+
+    for before, after in zip(_moving_stats(plain), _moving_stats(with_pads)):
+        np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-6)
+    for before, after in zip(plain.get_weights(), with_pads.get_weights()):
+        np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-6)
+    list_size = mask.shape[1]
+    for training in (False, True):
+        expected = ops.convert_to_numpy(plain({"features": features, "mask": mask}, training=training))
+        got = ops.convert_to_numpy(
+            with_pads({"features": padded[0], "mask": padded[1]}, training=training)
+        )
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got[:, :list_size][mask], expected[mask], rtol=1e-5, atol=1e-5)
+        assert np.all(got[~padded[1]] == 0.0)
+
+
+def test_all_padding_batch_leaves_moving_stats_alone():
+    layer = MaskedBatchNormalization(momentum=0.5)
+    x = np.random.default_rng(2).normal(size=(2, 3, 4)).astype("float32")
+    layer(x, mask=np.ones((2, 3), bool), training=True)
+    before = [ops.convert_to_numpy(layer.moving_mean), ops.convert_to_numpy(layer.moving_variance)]
+    out = layer(x * 100.0, mask=np.zeros((2, 3), bool), training=True)
+    assert np.all(np.isfinite(ops.convert_to_numpy(out)))
+    np.testing.assert_array_equal(ops.convert_to_numpy(layer.moving_mean), before[0])
+    np.testing.assert_array_equal(ops.convert_to_numpy(layer.moving_variance), before[1])
+
+
+def test_masked_batch_norm_matches_keras_batch_norm_on_valid_rows():
+    rng = np.random.default_rng(3)
+    x = rng.normal(loc=2.0, scale=3.0, size=(4, 6, 5)).astype("float32")
+    mask = rng.random((4, 6)) < 0.6
+    ours = MaskedBatchNormalization(momentum=0.8, epsilon=1e-3)
+    theirs = keras.layers.BatchNormalization(momentum=0.8, epsilon=1e-3)
+    got = ops.convert_to_numpy(ours(x, mask=mask, training=True))
+    # Keras's layer on the valid rows alone, flattened to [N, F].
+    expected = ops.convert_to_numpy(theirs(x[mask], training=True))
+    np.testing.assert_allclose(got[mask], expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ours.moving_mean), ops.convert_to_numpy(theirs.moving_mean), rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ours.moving_variance),
+        ops.convert_to_numpy(theirs.moving_variance),
+        rtol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_scores_are_permutation_equivariant(training):
+    features, mask, labels = _batch(4, batch_size=4, list_size=6)
+    model = DNNScorer(HIDDEN, dropout=0.0)
+    model.compile(optimizer="adam", loss=_masked_squared_error)
+    model.train_on_batch({"features": features, "mask": mask}, labels)
+    permutation = np.random.default_rng(5).permutation(mask.shape[1])
+    scores = ops.convert_to_numpy(model({"features": features, "mask": mask}, training=training))
+    permuted = ops.convert_to_numpy(
+        model(
+            {"features": features[:, permutation], "mask": mask[:, permutation]},
+            training=training,
+        )
+    )
+    np.testing.assert_allclose(permuted, scores[:, permutation], rtol=1e-5, atol=1e-6)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    features, mask, labels = _batch(6)
+    model = build_scorer("B64", dropout=0.25, batch_norm_momentum=0.9)
+    model.compile(optimizer="adam", loss=_masked_squared_error)
+    model.train_on_batch({"features": features, "mask": mask}, labels)
+    path = tmp_path / "scorer.keras"
+    model.save(path)
+    restored = keras.models.load_model(path, custom_objects={"_masked_squared_error": _masked_squared_error})
+    assert isinstance(restored, DNNScorer)
+    assert restored.get_config() == model.get_config()
+    for a, b in zip(_moving_stats(model), _moving_stats(restored)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(restored({"features": features, "mask": mask})),
+        ops.convert_to_numpy(model({"features": features, "mask": mask})),
+        atol=1e-6,
+    )
+
+
+def test_mixed_precision_scores_are_float32():
+    features, mask, _ = _batch(7)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        model = DNNScorer(HIDDEN)
+        scores = model({"features": features, "mask": mask}, training=True)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert ops.convert_to_numpy(scores).dtype == np.float32
+    assert model.hidden_norms[0].moving_mean.dtype == "float32"

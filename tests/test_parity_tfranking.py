@@ -1,0 +1,244 @@
+"""Parity with TF-Ranking 0.5.5: the same losses and metrics give the same values per list.
+
+TF-Ranking needs TensorFlow 2.15 (Keras 2), so `.ci/tfranking-venv` builds a side virtualenv and
+`tests/tfranking_reference.py` computes TF-Ranking's values there, once, for every batch
+(`TFAPPROX_TFR_PYTHON` may name another interpreter that imports TF-Ranking 0.5.5). When the venv
+cannot be built the tests fail under CI (`CI=true`) and are skipped elsewhere.
+
+The batches are random and padded: 1 to 16 lists, list sizes from 1 to 40, graded labels 0..4,
+label −1 on random slots (with huge scores there), some lists with no relevant document, every
+list with at least one real document, and no tied scores within a list (TF-Ranking's metrics
+break ties at random, ours by list order). What each comparison normalises, and why:
+
+- `ApproxNDCGLoss(alpha=a)` vs `ApproxNDCGLoss(temperature=1/a)`: TF-Ranking's unreduced loss
+  is [B, 1], −ApproxNDCG times a weight that is 0 on lists without a positive label; ours is 0
+  there too, so every list is compared, as is.
+- `RankNetLoss` vs `PairwiseLogisticLoss`: TF-Ranking's unreduced loss is [B, L], the pair
+  losses ln(1 + e^{−(s_i − s_j)}) summed over the lower document j; its sum over the list is
+  our per-list value. (Its default reduction then divides the total by B·L.)
+- `ListMLELoss` vs `ListMLELoss`, on labels without ties (`distinct_labels`): TF-Ranking gives
+  each padded slot the logit ln 1e-10 and sorts it last, so its P padded slots add
+  Σ_{m=1}^{P} ln m = ln P! to the loss (a TF-Ranking defect: the value depends on padding). We
+  compare ours + ln P! to it. Our lists whose one real document has label 0 have no loss (0);
+  TF-Ranking's term for them is ln 1 = 0, so they compare too.
+- Metrics, per list: TF-Ranking's value is what its Keras metric averages (`_metric.compute`);
+  ours is the `tfapprox.measures` formula our metric averages. Lists with a relevant document
+  (label ≥ 1) are compared. `PrecisionMetric(topn=k)` divides by min(k, #real documents),
+  `PrecisionAtK(k)` by k (trec_eval), so ours·k/min(k, n) is compared to it.
+- Metrics, per batch: TF-Ranking weighs every list 1 (checked) and scores a list without a
+  relevant document 0, i.e. our `empty_lists="zero"`; our default `"exclude"` is compared to
+  TF-Ranking's per-list values averaged over the lists with a relevant document. For P@k the
+  `"zero"` mean is compared only on batches whose lists all have ≥ k real documents.
+"""
+
+import math
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import to_numpy
+from tfapprox import losses, measures, metrics
+from tfapprox import ops as rank_ops
+
+pytestmark = pytest.mark.parity
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+VENV_SCRIPT = REPO / ".ci" / "tfranking-venv"
+REFERENCE_SCRIPT = REPO / "tests" / "tfranking_reference.py"
+
+NUM_BATCHES = 120
+LIST_SIZES = (1, 2, 3, 4, 5, 7, 10, 12, 16, 25, 40)
+ALPHAS = (1.0, 10.0, 100.0)
+NDCG_TOPNS = (None, 1, 5, 10)
+PRECISION_TOPNS = (1, 3, 5, 10)
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+
+
+def make_batches(seed=20100413):
+    """Returns the inputs of `tfranking_reference.py` (see its docstring), as numpy arrays."""
+    rng = np.random.default_rng(seed)
+    batches = {"num_batches": np.int64(NUM_BATCHES), "alphas": np.array(ALPHAS),
+               "ndcg_topns": np.array([k or 0 for k in NDCG_TOPNS]),
+               "precision_topns": np.array(PRECISION_TOPNS)}
+    for i in range(NUM_BATCHES):
+        list_size = LIST_SIZES[i % len(LIST_SIZES)]
+        batch = int(rng.integers(1, 17))
+        real = rng.random((batch, list_size)) >= rng.choice([0.0, 0.2, 0.5])
+        real[np.arange(batch), rng.integers(0, list_size, size=batch)] = True
+        labels = rng.choice(5, p=[0.45, 0.25, 0.15, 0.1, 0.05], size=(batch, list_size))
+        labels[rng.random(batch) < 0.2] = 0  # lists without a relevant document
+        # Distinct scores spread over [-2.5, 2.5]: a permutation of the slots, jittered.
+        order = rng.permuted(np.tile(np.arange(list_size), (batch, 1)), axis=1)
+        scores = (order + rng.uniform(-0.4, 0.4, size=order.shape)) * 5.0 / list_size - 2.5
+        scores = np.where(real, scores, rng.normal(scale=1e3, size=scores.shape))
+        distinct = np.stack([_distinct_labels(rng, row) for row in real])
+        batches[f"labels_{i}"] = np.where(real, labels, -1).astype(np.float32)
+        batches[f"scores_{i}"] = scores.astype(np.float32)
+        batches[f"distinct_labels_{i}"] = distinct.astype(np.float32)
+    return batches
+
+
+def _distinct_labels(rng, real):
+    """Returns labels 0..n−1 in random order on the n real slots of a list, −1 elsewhere."""
+    labels = np.full(real.shape, -1.0)
+    labels[real] = rng.permutation(int(real.sum()))
+    return labels
+
+
+def _side_python():
+    """Returns the side venv's python, or fails (CI) / skips (elsewhere) with the reason."""
+    override = os.environ.get("TFAPPROX_TFR_PYTHON")
+    if override:
+        return override
+    try:
+        built = subprocess.run([str(VENV_SCRIPT)], capture_output=True, text=True, timeout=3600)
+        reason = built.stderr.strip()[-2000:]
+        ok = built.returncode == 0
+    except (OSError, subprocess.TimeoutExpired) as error:
+        reason, ok = repr(error), False
+    if ok:
+        return built.stdout.strip().splitlines()[-1]
+    message = f"the TF-Ranking 0.5.5 side venv could not be built by {VENV_SCRIPT}: {reason}"
+    if os.environ.get("CI", "").lower() in ("true", "1"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def batches():
+    return make_batches()
+
+
+@pytest.fixture(scope="module")
+def reference(batches, tmp_path_factory):
+    """TF-Ranking's values for `batches`, computed once in the side venv."""
+    python = _side_python()
+    folder = tmp_path_factory.mktemp("tfranking")
+    inputs, outputs = folder / "inputs.npz", folder / "outputs.npz"
+    np.savez(inputs, **batches)
+    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    environment.pop("KERAS_BACKEND", None)
+    run = subprocess.run([python, str(REFERENCE_SCRIPT), str(inputs), str(outputs)],
+                         capture_output=True, text=True, timeout=600, env=environment)
+    if run.returncode != 0:
+        pytest.fail(f"{REFERENCE_SCRIPT.name} failed under {python}:\n{run.stderr[-4000:]}",
+                    pytrace=False)
+    with np.load(outputs) as values:
+        found = dict(values)
+    assert list(found["versions"]) == ["2.15.1", "0.5.5"], found["versions"]
+    return found
+
+
+def each_batch(batches):
+    for i in range(NUM_BATCHES):
+        yield i, batches[f"labels_{i}"], batches[f"scores_{i}"]
+
+
+def per_list_loss(loss, labels, scores):
+    return to_numpy(loss(labels, scores)).astype(np.float64)
+
+
+def assert_close(ours, theirs, what):
+    np.testing.assert_allclose(ours, theirs, **TOLERANCE, err_msg=what)
+
+
+@pytest.mark.parametrize("alpha_index", range(len(ALPHAS)),
+                         ids=[f"alpha={a:g}" for a in ALPHAS])
+def test_approx_ndcg_loss(batches, reference, alpha_index):
+    loss = losses.ApproxNDCGLoss(alpha=ALPHAS[alpha_index], reduction=None)
+    for i, labels, scores in each_batch(batches):
+        assert_close(per_list_loss(loss, labels, scores),
+                     reference[f"approx_ndcg_{i}_{alpha_index}"], f"batch {i}")
+
+
+def test_ranknet_is_summed_pairwise_logistic_loss(batches, reference):
+    loss = losses.RankNetLoss(reduction=None)
+    for i, labels, scores in each_batch(batches):
+        assert_close(per_list_loss(loss, labels, scores), reference[f"pairwise_logistic_{i}"],
+                     f"batch {i}")
+
+
+def test_listmle_without_label_ties(batches, reference):
+    loss = losses.ListMLELoss(reduction=None)
+    for i, _, scores in each_batch(batches):
+        labels = batches[f"distinct_labels_{i}"]
+        padded = (labels < 0).sum(axis=1)
+        tfr_padding_term = np.array([math.lgamma(p + 1.0) for p in padded])
+        assert_close(per_list_loss(loss, labels, scores) + tfr_padding_term,
+                     reference[f"listmle_{i}"], f"batch {i}")
+
+
+def _measure_per_list(name, labels, scores):
+    """Returns our per-list value of metric `name` (as in `tfranking_reference`), `[B]`."""
+    labels, mask, scores = rank_ops.standardize(labels, scores)
+    positions = measures.Positions.exact(scores, mask)
+    relevance = rank_ops.binary_relevance(labels, mask, 1.0)
+    kind, _, k = name.partition("_")
+    if kind == "ndcg":
+        value = measures.ndcg(labels, positions, int(k) or None)
+    elif kind == "precision":
+        value = measures.precision_at_k(relevance, positions, int(k))
+    elif kind == "map":
+        value = measures.average_precision(relevance, positions)
+    else:
+        value = measures.reciprocal_rank(relevance, positions)
+    return to_numpy(value).astype(np.float64)
+
+
+def _our_metric(name, empty_lists):
+    kind, _, k = name.partition("_")
+    if kind == "ndcg":
+        return metrics.NDCG(int(k) or None, empty_lists=empty_lists)
+    if kind == "precision":
+        return metrics.PrecisionAtK(int(k), empty_lists=empty_lists)
+    if kind == "map":
+        return metrics.MeanAveragePrecision(empty_lists=empty_lists)
+    return metrics.MeanReciprocalRank(empty_lists=empty_lists)
+
+
+def _precision_divisor_ratio(name, labels):
+    """Returns k / min(k, #real documents) for `precision_k`, else ones: theirs/ours divisors."""
+    kind, _, k = name.partition("_")
+    if kind != "precision":
+        return np.ones(len(labels))
+    k = int(k)
+    return k / np.minimum(k, (labels >= 0).sum(axis=1))
+
+
+METRICS = ([f"ndcg_{k or 0}" for k in NDCG_TOPNS] + ["map", "mrr"]
+           + [f"precision_{k}" for k in PRECISION_TOPNS])
+
+
+@pytest.mark.parametrize("name", METRICS)
+def test_metric_per_list(batches, reference, name):
+    compared = 0
+    for i, labels, scores in each_batch(batches):
+        relevant = (labels >= 1).any(axis=1)
+        ours = _measure_per_list(name, labels, scores) * _precision_divisor_ratio(name, labels)
+        assert_close(ours[relevant], reference[f"{name}_{i}"][relevant], f"batch {i}")
+        compared += relevant.sum()
+    assert compared > 500
+
+
+@pytest.mark.parametrize("name", METRICS)
+def test_metric_means(batches, reference, name):
+    zero, exclude = _our_metric(name, "zero"), _our_metric(name, "exclude")
+    for i, labels, scores in each_batch(batches):
+        theirs = reference[f"{name}_{i}"]
+        np.testing.assert_array_equal(reference[f"{name}_weight_{i}"], 1.0)
+        relevant = (labels >= 1).any(axis=1)
+        k = int(name.partition("_")[2] or 0)
+        if not name.startswith("precision") or (labels >= 0).sum(axis=1).min() >= k:
+            zero.reset_state()
+            zero.update_state(labels, scores)
+            assert_close(float(to_numpy(zero.result())), reference[f"{name}_result_{i}"],
+                         f"batch {i}, empty_lists='zero'")
+        if relevant.any():
+            ratio = _precision_divisor_ratio(name, labels)[relevant]
+            exclude.reset_state()
+            exclude.update_state(labels, scores)
+            assert_close(float(to_numpy(exclude.result())), np.mean(theirs[relevant] / ratio),
+                         f"batch {i}, empty_lists='exclude'")

@@ -1,0 +1,92 @@
+"""Writes TF-Ranking 0.5.5's loss and metric values for a set of ranking batches.
+
+Run with the side virtualenv's python (`.ci/tfranking-venv` prints it), not the project's:
+
+    python tests/tfranking_reference.py INPUTS.npz OUTPUTS.npz
+
+INPUTS.npz holds `num_batches`; for each batch i, `labels_i` and `scores_i` (float32 [B, L],
+label −1 on padded slots) and `distinct_labels_i` (the same padding, no tied labels within a
+list, for ListMLE); and the settings `alphas` (ApproxNDCG slopes, temperature = 1/alpha),
+`ndcg_topns` (0 = whole list) and `precision_topns`.
+
+OUTPUTS.npz holds, per batch i, TF-Ranking's raw values — no normalisation is undone here, so
+the caller states and applies every convention:
+
+- `approx_ndcg_i_j` [B]: `ApproxNDCGLoss(temperature=1/alphas[j], reduction=NONE)`, whose
+  unreduced output is [B, 1] (0 on lists without a positive label).
+- `pairwise_logistic_i` [B]: `PairwiseLogisticLoss(reduction=NONE)` returns [B, L], the pair
+  losses already summed over the lower document; this is its sum over the list.
+- `listmle_i` [B]: `ListMLELoss(reduction=NONE)` on `distinct_labels_i` ([B, 1] unreduced).
+- For each metric `ndcg_k` (k from `ndcg_topns`), `map`, `mrr`, `precision_k`:
+  `{metric}_i` [B] the per-list values and `{metric}_weight_i` [B] the per-list weights, both
+  from the Keras metric's own `_metric.compute` (the values its `Mean` averages), and
+  `{metric}_result_i` the Keras metric's `result()` after one `update_state` on the batch.
+
+It also stores `versions`, the TensorFlow and TF-Ranking versions it ran with.
+"""
+
+import importlib.metadata
+import sys
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_ranking as tfr
+
+NONE = tf.keras.losses.Reduction.NONE
+
+
+def metrics_under_test(ndcg_topns, precision_topns):
+    """Returns {output name: TF-Ranking Keras metric}."""
+    found = {f"ndcg_{k}": tfr.keras.metrics.NDCGMetric(topn=k or None) for k in ndcg_topns}
+    found["map"] = tfr.keras.metrics.MeanAveragePrecisionMetric()
+    found["mrr"] = tfr.keras.metrics.MRRMetric()
+    for k in precision_topns:
+        found[f"precision_{k}"] = tfr.keras.metrics.PrecisionMetric(topn=k)
+    return found
+
+
+def per_list(values):
+    return np.asarray(values, dtype=np.float64).reshape(-1)
+
+
+def reference_values(inputs):
+    """Returns {output name: array} for the batches in `inputs` (see the module docstring)."""
+    alphas = inputs["alphas"]
+    approx_ndcg = [tfr.keras.losses.ApproxNDCGLoss(temperature=1.0 / float(a), reduction=NONE)
+                   for a in alphas]
+    pairwise = tfr.keras.losses.PairwiseLogisticLoss(reduction=NONE)
+    listmle = tfr.keras.losses.ListMLELoss(reduction=NONE)
+    metrics = metrics_under_test(inputs["ndcg_topns"], inputs["precision_topns"])
+    out = {}
+    for i in range(int(inputs["num_batches"])):
+        labels = tf.constant(inputs[f"labels_{i}"], tf.float32)
+        scores = tf.constant(inputs[f"scores_{i}"], tf.float32)
+        for j, loss in enumerate(approx_ndcg):
+            out[f"approx_ndcg_{i}_{j}"] = per_list(loss(labels, scores))
+        unreduced = pairwise(labels, scores)
+        assert unreduced.shape == labels.shape, unreduced.shape
+        out[f"pairwise_logistic_{i}"] = per_list(tf.reduce_sum(unreduced, axis=1))
+        distinct = tf.constant(inputs[f"distinct_labels_{i}"], tf.float32)
+        out[f"listmle_{i}"] = per_list(listmle(distinct, scores))
+        for name, metric in metrics.items():
+            values, weights = metric._metric.compute(labels, scores, None)
+            out[f"{name}_{i}"] = per_list(values)
+            out[f"{name}_weight_{i}"] = per_list(weights)
+            metric.reset_state()
+            metric.update_state(labels, scores)
+            out[f"{name}_result_{i}"] = np.float64(metric.result().numpy())
+    out["versions"] = np.array([importlib.metadata.version("tensorflow"),
+                                importlib.metadata.version("tensorflow-ranking")])
+    return out
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.exit(f"usage: {argv[0]} INPUTS.npz OUTPUTS.npz")
+    with np.load(argv[1]) as inputs:
+        out = reference_values(inputs)
+    np.savez(argv[2], **out)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

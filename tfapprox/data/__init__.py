@@ -1,0 +1,1 @@
+"""Ranking data: LETOR/SVMlight text, TFRecord lists (ELWC), and the tf.data pipeline."""

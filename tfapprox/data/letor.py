@@ -1,0 +1,525 @@
+"""Streaming reader for LETOR / SVMlight ranking text.
+
+One document a line: ``label qid:ID index:value index:value ... # optional comment``. Feature
+indices are 1-based and may be sparse (a missing feature reads as 0). Lines may end in CRLF, files may
+be gzip-compressed (detected from the magic bytes), and blank or comment-only lines are skipped.
+
+:func:`read_queries` yields one :class:`Query` per query id, in order of first appearance, with all of
+its documents -- also when a query's lines are not contiguous. It streams: a pre-pass over the query ids
+learns each query's document count, so a query is handed out as soon as its last line has been read, and
+a file whose queries are contiguous is read in bounded memory whatever its size.
+
+Parsing is vectorised over blocks of lines. A block whose lines are all dense (``1:v 2:v ... F:v``,
+single spaces) is parsed by ``numpy.loadtxt`` after a byte-level structure check; other blocks go
+through a numpy tokeniser; any block that fails a check is re-read token by token, which names the
+file, line and offending token in the error.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import os
+import re
+from collections import deque
+from pathlib import Path
+from typing import Iterable, Iterator, NamedTuple
+
+import numpy as np
+
+BLOCK_LINES = 512
+_CHUNK_BYTES = 1 << 22
+_NUMBER_CHARS = b"0123456789.+-eE"
+_SPLIT_FILES = {
+    "train": ("train.txt", "trainingset.txt"),
+    "vali": ("vali.txt", "validationset.txt"),
+    "test": ("test.txt", "testset.txt"),
+}
+
+
+class LetorFormatError(ValueError):
+    """Malformed LETOR/SVMlight input; the message names the file, the line and the offending token."""
+
+
+class Query(NamedTuple):
+    """All documents of one query: ``labels [n] float32`` and ``features [n, F] float32``."""
+
+    qid: str
+    labels: np.ndarray
+    features: np.ndarray
+
+
+PathLike = str | os.PathLike
+
+
+# --------------------------------------------------------------------------------------------------
+# Files and fold layouts
+# --------------------------------------------------------------------------------------------------
+def open_text(path: PathLike):
+    """Returns a binary file object for ``path``, decompressing gzip transparently."""
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    if magic == b"\x1f\x8b":
+        return io.BufferedReader(gzip.open(path, "rb"), buffer_size=_CHUNK_BYTES)
+    return open(path, "rb")
+
+
+def _as_paths(paths: PathLike | Iterable[PathLike]) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    result = [Path(p) for p in paths]
+    if not result:
+        raise ValueError("no input files given")
+    for path in result:
+        if not path.is_file():
+            raise FileNotFoundError(f"no such LETOR file: {path}")
+    return result
+
+
+def find_split_files(directory: PathLike) -> dict[str, Path]:
+    """Returns ``{"train", "vali", "test"} -> file`` found in one fold directory.
+
+    Accepts LETOR 4.0 / MSLR names (``train.txt``, ``vali.txt``, ``test.txt``) and LETOR 3.0 names
+    (``trainingset.txt``, ``validationset.txt``, ``testset.txt``), each optionally ``.gz``.
+    """
+    directory = Path(directory)
+    found = {}
+    for split, names in _SPLIT_FILES.items():
+        for name in names:
+            for candidate in (directory / name, directory / (name + ".gz")):
+                if candidate.is_file():
+                    found[split] = candidate
+                    break
+            if split in found:
+                break
+    return found
+
+
+def find_folds(root: PathLike) -> dict[str, dict[str, Path]]:
+    """Returns ``{"Fold1": {"train": ..., "vali": ..., "test": ...}, ...}`` under ``root``, by fold number.
+
+    Raises ``FileNotFoundError`` if ``root`` has no ``Fold<N>`` directory with all three split files.
+    """
+    root = Path(root)
+    folds = {}
+    pattern = re.compile(r"fold(\d+)$", re.IGNORECASE)
+    for child in sorted(root.iterdir() if root.is_dir() else []):
+        match = pattern.match(child.name)
+        if match and child.is_dir():
+            splits = find_split_files(child)
+            missing = sorted(set(_SPLIT_FILES) - set(splits))
+            if missing:
+                raise FileNotFoundError(f"{child}: no {'/'.join(missing)} file (looked for {_SPLIT_FILES})")
+            folds[child.name] = (int(match.group(1)), splits)
+    if not folds:
+        raise FileNotFoundError(f"{root}: no Fold<N>/ directories with train/vali/test files")
+    return {name: splits for name, (_, splits) in sorted(folds.items(), key=lambda kv: kv[1][0])}
+
+
+# --------------------------------------------------------------------------------------------------
+# Lines -> blocks
+# --------------------------------------------------------------------------------------------------
+def _iter_lines(path: Path) -> Iterator[list[bytes]]:
+    """Yields lists of raw lines (without ``\\n``) read in large chunks."""
+    with open_text(path) as handle:
+        rest = b""
+        while True:
+            chunk = handle.read(_CHUNK_BYTES)
+            if not chunk:
+                break
+            chunk = rest + chunk
+            cut = chunk.rfind(b"\n")
+            if cut < 0:
+                rest = chunk
+                continue
+            rest = chunk[cut + 1:]
+            yield chunk[:cut].split(b"\n")
+        if rest:
+            yield [rest]
+
+
+def _show(token: bytes) -> str:
+    return repr(token.decode("utf-8", errors="replace"))
+
+
+class _Block(NamedTuple):
+    """Parsed documents of up to BLOCK_LINES lines of one file."""
+
+    qids: list[bytes]
+    labels: np.ndarray  # [n] float32
+    linenos: list[int]
+    bodies: list[bytes]  # feature text of each line, kept for exact error messages
+    features: np.ndarray | None  # [n, F0] float32 when every line is dense 1..F0
+    counts: np.ndarray | None  # [n] number of (index, value) pairs per line, when sparse
+    indices: np.ndarray | None  # [P] int64, 1-based
+    values: np.ndarray | None  # [P] float32
+
+    @property
+    def max_index(self) -> int:
+        if self.features is not None:
+            return self.features.shape[1]
+        return int(self.indices.max()) if self.indices.size else 0
+
+
+def _iter_blocks(path: Path) -> Iterator[_Block]:
+    """Yields parsed blocks of ``path``; raises LetorFormatError naming file, line and token."""
+    qids: list[bytes] = []
+    labels: list[float] = []
+    linenos: list[int] = []
+    bodies: list[bytes] = []
+    lineno = 0
+    for lines in _iter_lines(path):
+        for raw in lines:
+            lineno += 1
+            hash_at = raw.find(b"#")
+            if hash_at >= 0:
+                raw = raw[:hash_at]
+            parts = raw.split(None, 2)
+            if not parts:
+                continue
+            if len(parts) < 2:
+                raise LetorFormatError(
+                    f"{path}:{lineno}: expected 'LABEL qid:ID INDEX:VALUE ...', got only {_show(parts[0])}"
+                )
+            try:
+                label = float(parts[0])
+            except ValueError:
+                raise LetorFormatError(f"{path}:{lineno}: non-numeric label {_show(parts[0])}") from None
+            if not (label >= 0.0 and math.isfinite(label)):
+                raise LetorFormatError(
+                    f"{path}:{lineno}: label {_show(parts[0])} is not a finite number >= 0 "
+                    "(-1 is reserved for padding)"
+                )
+            qid = parts[1]
+            if qid[:4] != b"qid:" or len(qid) == 4:
+                raise LetorFormatError(f"{path}:{lineno}: expected 'qid:ID' as second token, got {_show(qid)}")
+            qids.append(qid[4:])
+            labels.append(label)
+            linenos.append(lineno)
+            bodies.append(parts[2].rstrip() if len(parts) == 3 else b"")
+            if len(qids) == BLOCK_LINES:
+                yield _parse_block(path, qids, labels, linenos, bodies)
+                qids, labels, linenos, bodies = [], [], [], []
+    if qids:
+        yield _parse_block(path, qids, labels, linenos, bodies)
+
+
+_SKELETONS: dict[int, bytes] = {}
+
+
+def _dense_skeleton(num_pairs: int) -> bytes:
+    """What a dense line ``1:v ... F:v`` looks like with every number character deleted."""
+    if num_pairs not in _SKELETONS:
+        _SKELETONS[num_pairs] = b": " * (num_pairs - 1) + b":"
+    return _SKELETONS[num_pairs]
+
+
+def _parse_block(path, qids, labels, linenos, bodies) -> _Block:
+    labels_array = np.asarray(labels, dtype=np.float32)
+    features = _parse_dense(bodies)
+    if features is not None:
+        return _Block(qids, labels_array, linenos, bodies, features, None, None, None)
+    parsed = _parse_sparse(bodies)
+    if parsed is None:
+        parsed = _parse_slowly(path, linenos, bodies)
+    counts, indices, values = parsed
+    return _Block(qids, labels_array, linenos, bodies, None, counts, indices, values)
+
+
+def _parse_dense(bodies: list[bytes]) -> np.ndarray | None:
+    """Returns ``[n, F0]`` features if every line is exactly ``1:v 2:v ... F0:v``; else None."""
+    num_pairs = bodies[0].count(b":")
+    if num_pairs == 0:
+        return None
+    text = b"\n".join(bodies)
+    expected = b"\n".join([_dense_skeleton(num_pairs)] * len(bodies))
+    if text.translate(None, _NUMBER_CHARS) != expected:
+        return None
+    try:
+        numbers = np.loadtxt(
+            io.BytesIO(text.replace(b":", b" ")),
+            delimiter=" ",
+            dtype=np.float64,
+            comments=None,
+            ndmin=2,
+        )
+    except ValueError:
+        return None
+    if numbers.shape != (len(bodies), 2 * num_pairs):
+        return None
+    if not np.array_equal(numbers[:, 0::2], np.broadcast_to(np.arange(1, num_pairs + 1), (len(bodies), num_pairs))):
+        return None
+    features = numbers[:, 1::2].astype(np.float32)
+    if not np.isfinite(features).all():
+        return None
+    return features
+
+
+def _parse_sparse(bodies: list[bytes]):
+    """Returns ``(counts [n], indices [P], values [P])`` by a numpy tokeniser, or None on any doubt."""
+    text = b" ".join(bodies) + b" "
+    data = np.frombuffer(text, dtype=np.uint8)
+    is_space = data <= 32
+    step = np.diff(is_space.view(np.int8))
+    starts = np.flatnonzero(step == -1) + 1
+    if data.size and not is_space[0]:
+        starts = np.concatenate([[0], starts])
+    ends = np.flatnonzero(step == 1) + 1
+    colons = np.flatnonzero(data == ord(":"))
+    if len(colons) != len(starts) or len(ends) != len(starts):
+        return None
+    # Equal counts and one colon strictly inside every token <=> every token is INDEX:VALUE.
+    if not ((starts < colons) & (colons < ends - 1)).all():
+        return None
+    index_len = colons - starts
+    if index_len.size and index_len.max() > 9:
+        return None
+    indices = np.zeros(len(starts), dtype=np.int64)
+    for digit_pos in range(int(index_len.max()) if index_len.size else 0):
+        present = digit_pos < index_len
+        digit = data[np.where(present, colons - 1 - digit_pos, 0)].astype(np.int64) - ord("0")
+        if ((digit < 0) | (digit > 9))[present].any():
+            return None
+        indices += np.where(present, digit, 0) * 10**digit_pos
+    if indices.size and indices.min() < 1:
+        return None
+    value_len = ends - colons - 1
+    width = int(value_len.max()) if value_len.size else 1
+    columns = np.arange(width)
+    gathered = data[np.minimum(colons[:, None] + 1 + columns, data.size - 1)]
+    gathered[columns >= value_len[:, None]] = 0
+    try:
+        values = np.ascontiguousarray(gathered).view(f"S{width}").ravel().astype(np.float64)
+    except ValueError:
+        return None
+    values = values.astype(np.float32)
+    if not np.isfinite(values).all():
+        return None
+    counts = np.fromiter((b.count(b":") for b in bodies), dtype=np.int64, count=len(bodies))
+    if not _unique_per_document(counts, indices):
+        return None
+    return counts, indices, values
+
+
+def _unique_per_document(counts: np.ndarray, indices: np.ndarray) -> bool:
+    """True if no document repeats a feature index."""
+    if indices.size < 2:
+        return True
+    doc = np.repeat(np.arange(len(counts)), counts)
+    increasing = np.diff(indices) > 0
+    new_doc = np.diff(doc) > 0
+    if (increasing | new_doc).all():
+        return True
+    keys = doc * (int(indices.max()) + 1) + indices
+    return np.unique(keys).size == keys.size
+
+
+def _parse_slowly(path, linenos, bodies, num_features=None):
+    """Token-by-token parse; raises LetorFormatError naming file, line and token on the first problem."""
+    counts, indices, values = [], [], []
+    for lineno, body in zip(linenos, bodies):
+        seen = set()
+        tokens = body.split()
+        for token in tokens:
+            where = f"{path}:{lineno}"
+            index_text, colon, value_text = token.partition(b":")
+            if not colon or not index_text or not value_text or b":" in value_text:
+                raise LetorFormatError(f"{where}: expected INDEX:VALUE, got token {_show(token)}")
+            if not index_text.isdigit() or int(index_text) < 1:
+                raise LetorFormatError(
+                    f"{where}: feature index must be a positive integer, got token {_show(token)}"
+                )
+            index = int(index_text)
+            if num_features is not None and index > num_features:
+                raise LetorFormatError(
+                    f"{where}: feature index {index} is above num_features={num_features} "
+                    f"in token {_show(token)}"
+                )
+            try:
+                value = float(value_text)
+            except ValueError:
+                raise LetorFormatError(f"{where}: non-numeric feature value in token {_show(token)}") from None
+            if not math.isfinite(value):
+                raise LetorFormatError(f"{where}: non-finite feature value in token {_show(token)}")
+            if index in seen:
+                raise LetorFormatError(f"{where}: feature index {index} repeated in token {_show(token)}")
+            seen.add(index)
+            indices.append(index)
+            values.append(value)
+        counts.append(len(tokens))
+    return (
+        np.asarray(counts, dtype=np.int64),
+        np.asarray(indices, dtype=np.int64),
+        np.asarray(values, dtype=np.float64).astype(np.float32),
+    )
+
+
+def _block_features(path: Path, block: _Block, num_features: int) -> np.ndarray:
+    """Returns the block's features as ``[n, num_features]`` float32; errors name an index above F."""
+    if block.max_index > num_features:
+        # Re-read token by token to name the first offending line and token.
+        _parse_slowly(path, block.linenos, block.bodies, num_features)
+    if block.features is not None:
+        if block.features.shape[1] == num_features:
+            return block.features
+        out = np.zeros((len(block.qids), num_features), dtype=np.float32)
+        out[:, : block.features.shape[1]] = block.features
+        return out
+    out = np.zeros((len(block.qids), num_features), dtype=np.float32)
+    doc = np.repeat(np.arange(len(block.qids)), block.counts)
+    out[doc, block.indices - 1] = block.values
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Queries
+# --------------------------------------------------------------------------------------------------
+class Scan(NamedTuple):
+    """What a pre-pass learned: documents per query id (first-appearance order) and the feature count."""
+
+    docs_per_query: dict[bytes, int]
+    num_features: int | None
+    num_docs: int
+
+
+def scan(paths: PathLike | Iterable[PathLike], *, with_features: bool = False) -> Scan:
+    """Returns the query ids with their document counts (and the largest feature index, if asked).
+
+    Without ``with_features`` only the first two tokens of each line are looked at (fast); with it
+    every line is parsed. Raises LetorFormatError for an empty file or a malformed line.
+    """
+    counts: dict[bytes, int] = {}
+    max_index = 0
+    num_docs = 0
+    for path in _as_paths(paths):
+        file_docs = 0
+        if with_features:
+            for block in _iter_blocks(path):
+                max_index = max(max_index, block.max_index)
+                for qid in block.qids:
+                    counts[qid] = counts.get(qid, 0) + 1
+                file_docs += len(block.qids)
+        else:
+            for lines in _iter_lines(path):
+                for raw in lines:
+                    hash_at = raw.find(b"#")
+                    parts = (raw[:hash_at] if hash_at >= 0 else raw).split(None, 2)
+                    if len(parts) >= 2 and parts[1][:4] == b"qid:":
+                        qid = parts[1][4:]
+                        counts[qid] = counts.get(qid, 0) + 1
+                        file_docs += 1
+                    elif parts:
+                        file_docs += 1  # malformed; the full read names it
+        if file_docs == 0:
+            raise LetorFormatError(f"{path}: no documents (the file is empty or has only comments)")
+        num_docs += file_docs
+    return Scan(counts, max_index if with_features else None, num_docs)
+
+
+def read_queries(
+    paths: PathLike | Iterable[PathLike],
+    num_features: int | None = None,
+    *,
+    assume_contiguous: bool = False,
+) -> Iterator[Query]:
+    """Yields one :class:`Query` per query id, in order of first appearance across ``paths``.
+
+    Args:
+      paths: one LETOR/SVMlight file or several (plain or gzip); a query id shared by several files
+        is one query.
+      num_features: F; features come back as ``[n, F]``. An index above F raises LetorFormatError.
+        ``None`` reads the files once more up front to find the largest index.
+      assume_contiguous: skip the pre-pass over query ids (one read instead of two) and hand a query
+        out when its run of lines ends; a query id that comes back later then raises an error.
+
+    Raises:
+      LetorFormatError: a malformed line (message: ``file:line: problem ... token``), an empty file,
+        or (with ``assume_contiguous``) a query whose lines are not contiguous.
+    """
+    paths = _as_paths(paths)
+    if num_features is not None and (not isinstance(num_features, (int, np.integer)) or num_features < 1):
+        raise ValueError(f"num_features must be a positive integer or None; got {num_features!r}")
+    plan = None
+    if num_features is None or not assume_contiguous:
+        plan = scan(paths, with_features=num_features is None)
+        if num_features is None:
+            num_features = max(plan.num_features, 1)
+    if plan is None:
+        yield from _read_contiguous(paths, num_features)
+    else:
+        yield from _read_planned(paths, num_features, plan)
+
+
+def _make_query(qid: bytes, pieces: list) -> Query:
+    if len(pieces) == 1:
+        labels, features = pieces[0]
+        labels, features = labels.copy(), features.copy()
+    else:
+        labels = np.concatenate([p[0] for p in pieces])
+        features = np.concatenate([p[1] for p in pieces])
+    return Query(qid.decode("utf-8", errors="replace"), labels, features)
+
+
+def _runs(qids: list[bytes]) -> Iterator[tuple[bytes, int, int]]:
+    """Yields ``(qid, start, stop)`` for each run of equal consecutive query ids."""
+    start = 0
+    for i in range(1, len(qids) + 1):
+        if i == len(qids) or qids[i] != qids[start]:
+            yield qids[start], start, i
+            start = i
+
+
+def _read_planned(paths: list[Path], num_features: int, plan: Scan) -> Iterator[Query]:
+    remaining = dict(plan.docs_per_query)
+    order = deque(plan.docs_per_query)
+    pending: dict[bytes, list] = {}
+    for path in paths:
+        for block in _iter_blocks(path):
+            features = _block_features(path, block, num_features)
+            for qid, start, stop in _runs(block.qids):
+                if qid not in remaining:
+                    raise LetorFormatError(
+                        f"{path}:{block.linenos[start]}: query id {qid.decode(errors='replace')!r} "
+                        "was not seen by the pre-pass (did the file change while being read?)"
+                    )
+                pending.setdefault(qid, []).append((block.labels[start:stop], features[start:stop]))
+                remaining[qid] -= stop - start
+            while order and remaining[order[0]] == 0:
+                qid = order.popleft()
+                yield _make_query(qid, pending.pop(qid))
+    if order:
+        raise LetorFormatError(
+            f"{paths[-1]}: {len(order)} queries have fewer lines than the pre-pass counted "
+            "(did the file change while being read?)"
+        )
+
+
+def _read_contiguous(paths: list[Path], num_features: int) -> Iterator[Query]:
+    done: dict[bytes, str] = {}
+    current: bytes | None = None
+    pieces: list = []
+    where = ""
+    for path in paths:
+        file_docs = 0
+        for block in _iter_blocks(path):
+            features = _block_features(path, block, num_features)
+            file_docs += len(block.qids)
+            for qid, start, stop in _runs(block.qids):
+                if qid != current:
+                    if current is not None:
+                        done[current] = where
+                        yield _make_query(current, pieces)
+                    if qid in done:
+                        raise LetorFormatError(
+                            f"{path}:{block.linenos[start]}: query id {qid.decode(errors='replace')!r} "
+                            f"appears again after its lines ended ({done[qid]}); read without "
+                            "assume_contiguous to group non-contiguous queries"
+                        )
+                    current, pieces = qid, []
+                    where = f"{path}:{block.linenos[start]}"
+                pieces.append((block.labels[start:stop], features[start:stop]))
+        if file_docs == 0:
+            raise LetorFormatError(f"{path}: no documents (the file is empty or has only comments)")
+    if current is not None:
+        yield _make_query(current, pieces)

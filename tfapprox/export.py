@@ -1,0 +1,207 @@
+"""SavedModel export for TF Serving: three scoring signatures, written atomically.
+
+`export_saved_model(model, base_dir, name, num_features)` writes `base_dir/name/<version>/`, the
+layout TF Serving watches (`--model_base_path=base_dir/name`). The SavedModel holds:
+
+| signature          | input (name: dtype shape)                 | output `scores`   |
+|--------------------|-------------------------------------------|-------------------|
+| `serving_default`  | `elwc`: string `[batch]`, serialized      | float32 `[batch, list]`; padded slots 0 |
+|                    | ExampleListWithContext (TF-Ranking's)     |                   |
+| `score_features`   | `features`: float32 `[batch, list, F]`    | float32 `[batch, list]` |
+| `score_examples`   | `examples`: string `[n]`, serialized      | float32 `[n]`     |
+|                    | tf.Example, one document each             |                   |
+
+Documents are stored as in `tfapprox.data.records` (by default one float feature `"features"` of
+length F per tf.Example). Parsing runs inside the graph, so a client sends raw protos; the served
+model is loadable with `tf.saved_model.load` without tfapprox installed.
+
+`score_features` declares its last dimension as unknown and checks it in the graph, so a request
+with the wrong feature count fails with a message naming the expected F and the received shape in
+every client (TF Serving included), rather than with a matrix-size error deep in the network.
+Every valid slot is scored: the scores are per document, so a client pads short lists with any
+values and ignores their scores.
+
+Versions are integers. Without `version`, the next integer after the largest existing version is
+used (1 for a new model), so versions sort in export order and TF Serving serves the newest.
+The SavedModel is written to a hidden temporary directory next to the version directories
+(`base_dir/name/.tmp-...`, which TF Serving ignores because its name is not a number) and renamed
+into place in one `os.rename`, so a watcher never sees a half-written version; a failed export
+removes the temporary directory and leaves no version behind.
+
+Export needs the TensorFlow backend. A model trained with another backend can be saved as `.keras`
+and exported from a process running with `KERAS_BACKEND=tensorflow`.
+"""
+
+import os
+import shutil
+import uuid
+
+import keras
+import numpy as np
+
+__all__ = ["SIGNATURES", "export_saved_model", "next_version"]
+
+SIGNATURES = ("serving_default", "score_features", "score_examples")
+
+
+def next_version(model_dir):
+    """Returns the version `export_saved_model` would pick in `model_dir`: 1 + the largest integer
+    directory name there, or 1 when there is none (or `model_dir` does not exist)."""
+    try:
+        names = os.listdir(model_dir)
+    except FileNotFoundError:
+        return 1
+    versions = [int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(model_dir, n))]
+    return max(versions, default=0) + 1
+
+
+def _check_arguments(name, num_features, version, example_layout):
+    from tfapprox.data import records
+
+    if not isinstance(name, str) or not name or name.startswith(".") or os.sep in name or (
+        os.altsep and os.altsep in name
+    ):
+        raise ValueError(
+            f"name must be a non-empty directory name without path separators that does not start "
+            f"with '.'; received name={name!r}."
+        )
+    if isinstance(num_features, bool) or not isinstance(num_features, (int, np.integer)) or (
+        num_features < 1
+    ):
+        raise ValueError(f"num_features must be a positive integer; received {num_features!r}.")
+    if version is not None and (
+        isinstance(version, bool) or not isinstance(version, (int, np.integer)) or version < 0
+    ):
+        raise ValueError(
+            f"version must be None or a non-negative integer (TF Serving versions are integers); "
+            f"received version={version!r}."
+        )
+    if example_layout not in records.EXAMPLE_LAYOUTS:
+        raise ValueError(
+            f"example_layout must be one of {records.EXAMPLE_LAYOUTS}; "
+            f"received example_layout={example_layout!r}."
+        )
+
+
+def _check_model_accepts(model, num_features):
+    """Builds `model` on a one-document batch, failing clearly if it cannot take F features."""
+    probe = {
+        "features": np.zeros((1, 1, num_features), "float32"),
+        "mask": np.ones((1, 1), bool),
+    }
+    try:
+        scores = model(probe, training=False)
+    except Exception as error:  # noqa: BLE001 - re-raised with the export context
+        raise ValueError(
+            f"The model cannot score documents with num_features={num_features}: calling it on "
+            f"{{'features': [1, 1, {num_features}], 'mask': [1, 1]}} failed with: {error}"
+        ) from error
+    if tuple(scores.shape) != (1, 1):
+        raise ValueError(
+            "The model must return scores [batch, list]; for features [1, 1, "
+            f"{num_features}] it returned shape {tuple(scores.shape)}."
+        )
+
+
+def _build_archive(model, num_features, example_layout):
+    """Returns a `keras.export.ExportArchive` holding the three scoring signatures."""
+    import tensorflow as tf
+
+    from tfapprox.data import records
+
+    def score(features, mask):
+        scores = model({"features": features, "mask": mask}, training=False)
+        scores = tf.cast(tf.reshape(scores, tf.shape(mask)), tf.float32)
+        return tf.where(mask, scores, tf.zeros_like(scores))
+
+    def score_elwc(elwc):
+        features, mask, _ = records.parse_elwc(elwc, num_features, layout=example_layout)
+        return {"scores": score(features, mask)}
+
+    def score_features(features):
+        received = tf.shape(features)
+        check = tf.debugging.Assert(
+            tf.equal(received[-1], num_features),
+            [
+                f"score_features expects float32 features [batch, list, {num_features}]; "
+                "received shape",
+                received,
+            ],
+            summarize=3,
+        )
+        with tf.control_dependencies([check]):
+            features = tf.ensure_shape(tf.identity(features), [None, None, num_features])
+        mask = tf.ones(tf.shape(features)[:2], dtype=tf.bool)
+        return {"scores": score(features, mask)}
+
+    def score_examples(examples):
+        features = records.parse_examples(examples, num_features, layout=example_layout)
+        mask = tf.ones([tf.shape(features)[0], 1], dtype=tf.bool)
+        return {"scores": score(features[:, None, :], mask)[:, 0]}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        "serving_default", score_elwc, [tf.TensorSpec([None], tf.string, name="elwc")]
+    )
+    archive.add_endpoint(
+        "score_features",
+        score_features,
+        [tf.TensorSpec([None, None, None], tf.float32, name="features")],
+    )
+    archive.add_endpoint(
+        "score_examples", score_examples, [tf.TensorSpec([None], tf.string, name="examples")]
+    )
+    return archive
+
+
+def export_saved_model(model, base_dir, name, num_features, version=None, *, example_layout="vector"):
+    """Returns the path `base_dir/name/<version>` of a SavedModel for TF Serving, written atomically.
+
+    Args:
+        model: A scorer taking `{"features": [B, L, F], "mask": [B, L]}` and returning `[B, L]`
+            (e.g. `tfapprox.models.DNNScorer`); built here if it is not yet.
+        base_dir: Directory holding one subdirectory per served model (created if missing).
+        name: The model's name: `base_dir/name` is TF Serving's `--model_base_path`.
+        num_features: F, the number of features per document.
+        version: Non-negative integer version; default: one more than the largest existing one
+            (1 for a new model). An existing version is never overwritten.
+        example_layout: How a document's features are stored in the tf.Example protos the
+            string signatures receive: `"vector"` (one float feature `"features"` of length F) or
+            `"per_feature"` (scalar features `"1"` .. `"F"`), as in `tfapprox.data.records`.
+
+    Raises:
+        ValueError: for invalid arguments, or a model that cannot score F features.
+        FileExistsError: if `base_dir/name/<version>` already exists.
+        RuntimeError: if the Keras backend is not TensorFlow.
+    """
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            "export_saved_model needs the TensorFlow backend; the Keras backend is "
+            f"{keras.backend.backend()!r}. Save the model with model.save('scorer.keras') and "
+            "export it from a process run with KERAS_BACKEND=tensorflow."
+        )
+    _check_arguments(name, num_features, version, example_layout)
+    num_features = int(num_features)
+    _check_model_accepts(model, num_features)
+
+    model_dir = os.path.join(os.fspath(base_dir), name)
+    os.makedirs(model_dir, exist_ok=True)
+    version = next_version(model_dir) if version is None else int(version)
+    target = os.path.join(model_dir, str(version))
+    if os.path.lexists(target):
+        raise FileExistsError(f"Version {version} of model {name!r} already exists: {target}")
+
+    # os.mkdir (unlike tempfile.mkdtemp's 0700) honours the umask, so the renamed version is
+    # readable by a TF Serving process running as another user.
+    staging = os.path.join(model_dir, f".tmp-{version}-{uuid.uuid4().hex}")
+    os.mkdir(staging)
+    try:
+        _build_archive(model, num_features, example_layout).write_out(staging, verbose=False)
+        if os.path.lexists(target):
+            raise FileExistsError(f"Version {version} of model {name!r} appeared during export: {target}")
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target

@@ -1,0 +1,213 @@
+"""`python -m trainer [train|evaluate|export|cv] [options]`: the tfapprox trainer's command line.
+
+With no arguments it trains the `demo` configuration on generated data, prints validation and test
+metrics and exports `saved_models/tfapprox_demo/<version>/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from trainer import config as config_lib
+
+COMMANDS = ("train", "evaluate", "export", "cv")
+
+# flag destination -> dotted config key
+_FLAG_KEYS = {
+    "data_dir": "data.dir",
+    "train_files": "data.train",
+    "vali_files": "data.vali",
+    "test_files": "data.test",
+    "num_features": "data.num_features",
+    "list_size": "data.list_size",
+    "preset": "model.preset",
+    "dropout": "model.dropout",
+    "bn_momentum": "model.batch_norm_momentum",
+    "loss": "loss.name",
+    "optimizer": "optimizer.name",
+    "learning_rate": "optimizer.learning_rate",
+    "batch_size": "train.batch_size",
+    "epochs": "train.epochs",
+    "seed": "train.seed",
+    "select_metric": "train.select_metric",
+    "patience": "train.patience",
+    "metrics": "train.metrics",
+    "run_dir": "train.run_dir",
+    "export_dir": "export.base_dir",
+    "name": "export.name",
+    "version": "export.version",
+    "strategy": "runtime.strategy",
+    "mixed_precision": "runtime.mixed_precision",
+    "jit": "runtime.jit",
+    "folds": "cv.folds",
+    "out": "cv.out_dir",
+}
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text.lower() in ("none", "null", "full", "0") else int(text)
+
+
+def _comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(item) for item in _comma_list(text)]
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="a YAML/JSON config file or a preset name "
+                        f"({', '.join(config_lib.PRESETS)}; default demo)")
+    common.add_argument("--print-config", action="store_true",
+                        help="print the resolved config as YAML and exit")
+
+    g = common.add_argument_group("data")
+    g.add_argument("--data-dir", help="LETOR fold directory (train.txt, vali.txt, test.txt); for cv a "
+                   "set directory with S1..S5.txt or Fold1..Fold5/")
+    g.add_argument("--train", dest="train_files", nargs="+", metavar="PATH",
+                   help="training files or globs: LETOR text (*.txt) or ELWC TFRecords")
+    g.add_argument("--vali", dest="vali_files", nargs="+", metavar="PATH")
+    g.add_argument("--test", dest="test_files", nargs="+", metavar="PATH")
+    g.add_argument("--num-features", type=int, help="feature count (needed for TFRecords)")
+    g.add_argument("--list-size", type=_optional_int,
+                   help="training list size (lists cut/padded to it); 'full' keeps whole lists")
+
+    g = common.add_argument_group("model and loss")
+    g.add_argument("--preset", help="scorer preset: B64, B128, B256, B512, B1024")
+    g.add_argument("--dropout", type=float)
+    g.add_argument("--bn-momentum", type=float, help="batch-norm momentum")
+    g.add_argument("--loss", help="approx_ndcg, approx_ap, approx_precision, ranknet, "
+                   "weighted_ranknet, listmle, weighted_listmle (a different loss than the "
+                   "config's drops the config's loss parameters)")
+    g.add_argument("--loss-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="a loss parameter, e.g. alpha=10 (repeatable)")
+
+    g = common.add_argument_group("optimisation")
+    g.add_argument("--optimizer", choices=config_lib.OPTIMIZERS)
+    g.add_argument("--learning-rate", "--lr", type=float)
+    g.add_argument("--batch-size", type=int, help="lists per step, across all replicas")
+    g.add_argument("--epochs", type=int)
+    g.add_argument("--seed", type=int)
+    g.add_argument("--select-metric", help="validation metric for model selection and early "
+                   "stopping: ndcg@k, map, p@k, mrr (default ndcg@5)")
+    g.add_argument("--patience", type=int, help="epochs without improvement before stopping; 0 never")
+    g.add_argument("--metrics", type=_comma_list, help="reported metrics, comma-separated")
+
+    g = common.add_argument_group("run")
+    g.add_argument("--run-dir", help="checkpoint, TensorBoard logs and results (default runs/demo)")
+    g.add_argument("--fresh", action="store_true",
+                   help="discard the run directory's checkpoint instead of resuming from it")
+    g.add_argument("--strategy", choices=config_lib.STRATEGIES,
+                   help="tf.distribute strategy; multi_worker reads TF_CONFIG")
+    g.add_argument("--mixed-precision", action="store_true", default=None,
+                   help="mixed float16 (GPU) / bfloat16 (CPU) compute")
+    g.add_argument("--jit", action="store_true", default=None, help="XLA-compile the train step")
+
+    g = common.add_argument_group("export")
+    g.add_argument("--export-dir", help="SavedModel base directory (default saved_models)")
+    g.add_argument("--name", help="model name under the export directory")
+    g.add_argument("--version", type=int, help="version directory (default: next free)")
+    g.add_argument("--no-export", dest="export_enabled", action="store_false", default=None,
+                   help="train without exporting")
+
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Train, evaluate, export and cross-validate tfapprox rankers. Options override "
+        "the config; with no command, `train` runs.",
+    )
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("train", parents=[common], help="train (or resume) a run, then evaluate and export")
+    sub.add_parser("evaluate", parents=[common],
+                   help="score a run's best weights on its validation/test data (or --vali/--test)")
+    sub.add_parser("export", parents=[common], help="export a run's best weights as a SavedModel")
+    cv = sub.add_parser("cv", parents=[common],
+                        help="train Fold1..Fold5 of a LETOR set, optionally over a grid")
+    cv.add_argument("--folds", type=_int_list, help="folds to run, e.g. 1,2,3 (default all five)")
+    cv.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                    help="a grid axis over a config key, e.g. loss.params.alpha=1,10,100 (repeatable)")
+    cv.add_argument("--out", help="directory for fold runs and cv_results.{json,md}")
+    return parser
+
+
+def _overrides(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
+    overrides = {}
+    for dest, key in _FLAG_KEYS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            overrides[key] = value
+    if args.export_enabled is not None:
+        overrides["export.enabled"] = args.export_enabled
+    if "loss.name" in overrides and overrides["loss.name"] != base["loss"]["name"]:
+        overrides["loss.params"] = {}
+    for assignment in args.loss_param:
+        key, value = config_lib.parse_assignment(assignment)
+        overrides[f"loss.params.{key}"] = value
+    for axis in getattr(args, "grid", []):
+        key, values = config_lib.parse_grid_axis(axis)
+        overrides[f"cv.grid.{key}"] = values
+    if args.data_dir is not None:
+        overrides.update({"data.train": None, "data.vali": None, "data.test": None})
+    if args.train_files is not None:
+        overrides["data.dir"] = None
+    return overrides
+
+
+def _resolve(args: argparse.Namespace) -> config_lib.Config:
+    source = args.config
+    if args.command in ("evaluate", "export") and source is None:
+        run_dir = Path(args.run_dir or config_lib.TrainConfig().run_dir)
+        saved = run_dir / "config.json"
+        if not saved.exists():
+            raise FileNotFoundError(f"{saved} not found: pass the --run-dir of a trained run")
+        source = str(saved)
+    values = config_lib.load_dict(source)
+    overrides = _overrides(args, values)
+    # loss.params is replaced as a whole before single parameters are set
+    if "loss.params" in overrides:
+        values["loss"]["params"] = overrides.pop("loss.params")
+    config_lib.apply_overrides(values, overrides)
+    return config_lib.Config.from_dict(values)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS + ("-h", "--help"):
+        argv = ["train", *argv]
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        config = _resolve(args)
+    except (KeyError, ValueError, FileNotFoundError) as err:
+        parser.error(str(err.args[0] if isinstance(err, KeyError) else err))
+    if args.print_config:
+        print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+        return 0
+
+    from trainer import cv, data, train  # TensorFlow loads here, after argument errors
+
+    if args.command == "train":
+        train.train(config, fresh=args.fresh)
+    elif args.command == "evaluate":
+        splits = data.resolve(config.data, print_fn=print)
+        results = train.evaluate(config, splits)
+        out = Path(config.train.run_dir) / "evaluation.json"
+        out.write_text(json.dumps(results, indent=2) + "\n")
+    elif args.command == "export":
+        splits = data.resolve(config.data, print_fn=print)
+        built = train.restore_best(config, splits.num_features)
+        print(f"Exported {train.export(built.eval_model, config, splits.num_features)}")
+    else:
+        cv.run(config, fresh=args.fresh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""placeholder"""
+import dataclasses
+@dataclasses.dataclass
+class Splits:
+    pass

@@ -1,0 +1,476 @@
+"""Training, evaluation and export of one run: the work behind `python -m trainer train|evaluate|export`.
+
+A run lives in `train.run_dir`:
+
+    config.json       the resolved configuration (evaluate/export rebuild the model from it)
+    checkpoint.npz    state after the last completed epoch (see trainer.checkpoint)
+    logs/train, logs/validation   TensorBoard scalars per epoch
+    results.json      history, best epoch, validation/test metrics of the selected model
+
+Each epoch is one `model.fit` call over a training dataset shuffled with seed `(seed, epoch)`, so a
+resumed run sees the same data order, weights and dropout draws as one that was never stopped.
+After each epoch the weights are copied into a separate evaluation model, built outside any
+distribution strategy in float32, that scores the whole validation set exactly; every worker of a
+multi-worker run computes the same numbers, so all of them take the same early-stopping decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+from trainer import checkpoint, data, distribute
+from trainer.config import Config
+
+Printer = Callable[[str], None]
+
+# Config keys that may change between a run and its resumption; everything else must match.
+_RESUMABLE_CHANGES = (
+    "train.epochs", "train.patience", "train.run_dir", "export", "runtime.strategy", "runtime.jit",
+    "data.cache_dir", "data.num_features", "cv", "train.metrics",
+)
+
+
+@dataclasses.dataclass
+class Built:
+    """What a run trains and evaluates with."""
+
+    model: keras.Model  # trained, under the distribution strategy
+    eval_model: keras.Model  # float32, outside any strategy: validation, test, export
+    eval_metrics: list[str]  # metric names the evaluation model reports
+
+
+def train(config: Config, *, fresh: bool = False, print_fn: Printer = print,
+          dist: distribute.Distribution | None = None) -> dict[str, Any]:
+    """Trains (or resumes) the run of `config`; returns its results (also written to results.json).
+
+    `dist` is made from `config.runtime.strategy` when None (cv passes one: a process can create
+    a multi-worker strategy only once).
+    """
+    started = time.perf_counter()
+    dist = dist or distribute.make(config.runtime.strategy)
+    say = print_fn if dist.is_chief else (lambda _: None)
+    policy = _set_precision(config.runtime.mixed_precision)
+    keras.utils.set_random_seed(config.train.seed)
+
+    splits = data.resolve(config.data, print_fn=say)
+    run_dir = Path(config.train.run_dir)
+    if fresh and dist.is_chief:
+        _clear_run(run_dir)
+    restored = None if fresh else checkpoint.load(run_dir)
+    fingerprint = _fingerprint(config)
+    if restored is not None and restored.state.fingerprint != fingerprint:
+        raise RuntimeError(_mismatch_message(run_dir, config))
+    if dist.is_chief:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint.remove_stale_temporaries(run_dir)
+        saved = config.to_dict()
+        saved["data"]["num_features"] = splits.num_features
+        _write_json(run_dir / "config.json", saved)
+
+    built = _build(config, splits.num_features, dist)
+    model = built.model
+    state = checkpoint.RunState(fingerprint=fingerprint)
+    best_weights = None
+    if restored is not None:
+        checkpoint.assign(_model_state(model), restored.model, "model")
+        checkpoint.assign(model.optimizer.variables, restored.optimizer, "optimizer")
+        state, best_weights = restored.state, restored.best
+        say(f"Resuming {run_dir} after epoch {state.epoch} (best {config.train.select_metric} "
+            f"{_fmt(state.best_value)} at epoch {state.best_epoch})")
+
+    vali = data.eval_dataset(splits.vali, splits)
+    writers = _Summaries(run_dir / "logs") if dist.is_chief else None
+    validate = _ValidationCallback(built, vali)
+    epochs = config.train.epochs
+    if state.stopped_early or state.epoch >= epochs:
+        say(f"{run_dir} is already trained ({state.epoch} epochs"
+            f"{', stopped early' if state.stopped_early else ''}); pass --fresh to train again")
+    while state.epoch < epochs and not state.stopped_early:
+        epoch = state.epoch
+        epoch_start = time.perf_counter()
+        train_input = dist.distribute(
+            lambda batch, shards, index: data.train_dataset(
+                splits, batch, config.data.list_size, seed=(config.train.seed, epoch),
+                num_shards=shards, shard_index=index),
+            config.train.batch_size,
+        )
+        steps = None
+        if dist.distributed:
+            # Every replica must take the same number of steps; drop the last, partial batch.
+            steps = max(splits.num_train_lists // config.train.batch_size, 1)
+        history = model.fit(
+            train_input, initial_epoch=epoch, epochs=epoch + 1, steps_per_epoch=steps,
+            callbacks=[validate, _Progbar(epochs)], verbose=_verbosity(dist), shuffle=False,
+        )
+        logs = {k: v[-1] for k, v in history.history.items()}
+        logs["epoch_seconds"] = time.perf_counter() - epoch_start
+        logs["learning_rate"] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+        _add_gaps(logs, built.eval_metrics)
+        value = logs[f"val_{config.train.select_metric}"]
+        if not math.isfinite(value):
+            raise FloatingPointError(
+                f"validation {config.train.select_metric} is {value} after epoch {epoch + 1}; "
+                "lower optimizer.learning_rate or check the data"
+            )
+        if state.record(logs, value, config.train.patience):
+            best_weights = [np.array(w) for w in model.get_weights()]
+        if writers is not None:
+            writers.write(epoch + 1, logs)
+        if dist.is_chief:
+            checkpoint.save(run_dir, checkpoint.Checkpoint(
+                state=state,
+                model=[np.asarray(keras.ops.convert_to_numpy(v)) for v in _model_state(model)],
+                optimizer=[np.asarray(keras.ops.convert_to_numpy(v))
+                           for v in model.optimizer.variables],
+                best=best_weights,
+            ))
+        if state.stopped_early:
+            say(f"Early stopping after epoch {state.epoch}: no {config.train.select_metric} "
+                f"improvement for {config.train.patience} epochs")
+    if writers is not None:
+        writers.close()
+
+    built.eval_model.set_weights(best_weights)
+    results = {
+        "run_dir": str(run_dir),
+        "epochs_run": state.epoch,
+        "stopped_early": state.stopped_early,
+        "best_epoch": state.best_epoch,
+        "select_metric": config.train.select_metric,
+        "precision_policy": policy,
+        "strategy": config.runtime.strategy,
+        "num_replicas": dist.num_replicas,
+        "history": state.history,
+        "validation": _evaluate(built, vali),
+        "test": (_evaluate(built, data.eval_dataset(splits.test, splits))
+                 if splits.test else None),
+    }
+    if config.export.enabled and dist.is_chief:
+        results["export_path"] = str(export(built.eval_model, config, splits.num_features))
+    results["wall_seconds"] = time.perf_counter() - started
+    if dist.is_chief:
+        _write_json(run_dir / "results.json", results)
+        say(summary_table(results, config))
+    return results
+
+
+def evaluate(config: Config, splits: data.Splits, print_fn: Printer = print) -> dict[str, Any]:
+    """Scores the best weights of `config`'s run on `splits`' validation and test sets."""
+    built = restore_best(config, splits.num_features)
+    results = {"run_dir": config.train.run_dir}
+    for name, paths in (("validation", splits.vali), ("test", splits.test)):
+        if paths:
+            results[name] = _evaluate(built, data.eval_dataset(paths, splits))
+    print_fn(metrics_table(results))
+    return results
+
+
+def restore_best(config: Config, num_features: int) -> Built:
+    """Returns the run's models with the best weights of its checkpoint in the evaluation model."""
+    restored = checkpoint.load(config.train.run_dir)
+    if restored is None or restored.state.epoch == 0:
+        raise FileNotFoundError(
+            f"no trained checkpoint in {config.train.run_dir}; run `python -m trainer train` first"
+        )
+    built = _build(config, num_features, distribute.make("default"), with_training_model=False)
+    built.eval_model.set_weights(restored.best)
+    return built
+
+
+def export(eval_model: keras.Model, config: Config, num_features: int) -> Path:
+    """Writes `eval_model` as a TF Serving SavedModel; returns `base_dir/name/version`."""
+    from tfapprox.export import export_saved_model
+
+    return Path(export_saved_model(
+        eval_model, config.export.base_dir, config.export.name, num_features,
+        version=config.export.version,
+    ))
+
+
+def summary_table(results: dict[str, Any], config: Config) -> str:
+    """Returns the end-of-run summary: selection, validation/test metrics, export, wall time."""
+    how = "early stopped" if results["stopped_early"] else "all epochs"
+    lines = [
+        "",
+        f"Run {results['run_dir']}: {results['epochs_run']} epochs ({how}); best validation "
+        f"{results['select_metric']} at epoch {results['best_epoch']}",
+        f"loss {config.loss.name} {config.loss.params or ''} | model {config.model.preset} | "
+        f"{config.optimizer.name} lr {config.optimizer.learning_rate} | batch "
+        f"{config.train.batch_size} lists | {results['strategy']} x{results['num_replicas']} | "
+        f"{results['precision_policy']}",
+        metrics_table(results),
+    ]
+    if "export_path" in results:
+        lines.append(f"Exported {results['export_path']}")
+    lines.append(f"Wall time {results['wall_seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+def metrics_table(results: dict[str, Any]) -> str:
+    """Returns a markdown table of the metrics (rows) on validation and test (columns)."""
+    columns = [c for c in ("validation", "test") if results.get(c)]
+    names = [n for n in results[columns[0]] if n != "loss"] + ["loss"] if columns else []
+    lines = ["| metric | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for name in names:
+        cells = [_fmt(results[c].get(name)) for c in columns]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def _build(config: Config, num_features: int, dist: distribute.Distribution,
+           with_training_model: bool = True) -> Built:
+    from tfapprox import losses, models
+
+    model_kwargs = {"dropout": config.model.dropout}
+    if config.model.batch_norm_momentum is not None:
+        model_kwargs["batch_norm_momentum"] = config.model.batch_norm_momentum
+    eval_names = _eval_metric_names(config)
+
+    def scorer():
+        model = models.build_scorer(config.model.preset, **model_kwargs)
+        model({"features": tf.zeros([1, 2, num_features]), "mask": tf.ones([1, 2], tf.bool)})
+        return model
+
+    model = None
+    if with_training_model:
+        with dist.strategy.scope():
+            model = scorer()
+            model.compile(
+                optimizer=_optimizer(config),
+                loss=losses.get(config.loss.name, **config.loss.params),
+                metrics=_metrics(_train_metric_names(config), config),
+                jit_compile=config.runtime.jit,
+            )
+            model.optimizer.build(model.trainable_variables)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    try:
+        eval_model = scorer()
+        eval_model.compile(
+            loss=losses.get(config.loss.name, **config.loss.params),
+            metrics=_metrics(eval_names, config),
+        )
+    finally:
+        keras.config.set_dtype_policy(previous)
+    return Built(model=model, eval_model=eval_model, eval_metrics=eval_names)
+
+
+def _optimizer(config: Config) -> keras.optimizers.Optimizer:
+    lr = config.optimizer.learning_rate
+    if config.optimizer.name == "adagrad":
+        return keras.optimizers.Adagrad(learning_rate=lr)
+    return keras.optimizers.Adam(learning_rate=lr)
+
+
+def _monitor_name(config: Config) -> str:
+    """Returns the approximation monitor: the smooth twin of the selection metric."""
+    select = config.train.select_metric
+    if select == "map" or config.loss.name == "approx_ap":
+        return "approx_map"
+    _, _, k = select.partition("@")
+    return f"approx_ndcg@{k}" if select.startswith("ndcg") and k else "approx_ndcg"
+
+
+def _train_metric_names(config: Config) -> list[str]:
+    return list(dict.fromkeys([config.train.select_metric, _monitor_name(config)]))
+
+
+def _eval_metric_names(config: Config) -> list[str]:
+    names = [config.train.select_metric, *config.train.metrics, _monitor_name(config)]
+    return list(dict.fromkeys(names))
+
+
+def _metrics(names: list[str], config: Config) -> list[keras.metrics.Metric]:
+    """Returns tfapprox metrics; approximation monitors take the loss's alpha and beta."""
+    from tfapprox import metrics
+
+    smoothing = {p: float(config.loss.params[p]) for p in ("alpha", "beta") if p in config.loss.params}
+    built = []
+    for name in names:
+        if name == "approx_map":
+            built.append(metrics.ApproxAPMetric(**smoothing))
+        elif name.startswith("approx_ndcg"):
+            k = name.partition("@")[2]
+            built.append(metrics.ApproxNDCGMetric(int(k) if k else None, **smoothing))
+        else:
+            built.append(metrics.get(name))
+    return built
+
+
+def _add_gaps(logs: dict[str, float], names: list[str]) -> None:
+    """Adds `approx_gap` (smooth surrogate minus exact metric) beside each approximation monitor."""
+    for prefix in ("", "val_"):
+        for name in names:
+            if name.startswith("approx_"):
+                exact = name[len("approx_"):]
+                if prefix + name in logs and prefix + exact in logs:
+                    logs[prefix + "approx_gap"] = logs[prefix + name] - logs[prefix + exact]
+
+
+def _model_state(model: keras.Model) -> list[Any]:
+    """Returns the variables a resumed run needs: weights, moving averages, seed generator states."""
+    metric_ids = {id(v) for m in model.metrics for v in m.variables}
+    return [v for v in model.variables if id(v) not in metric_ids]
+
+
+def _evaluate(built: Built, dataset: tf.data.Dataset) -> dict[str, float]:
+    """Returns the evaluation model's metrics on `dataset`, in configured order, then the loss."""
+    values = built.eval_model.evaluate(dataset, verbose=0, return_dict=True)
+    order = [*built.eval_metrics, "loss"]
+    return {k: float(values[k]) for k in order if k in values}
+
+
+class _ValidationCallback(keras.callbacks.Callback):
+    """Adds `val_<metric>` of the whole validation set to the epoch's logs (before the progbar)."""
+
+    def __init__(self, built: Built, dataset: tf.data.Dataset):
+        super().__init__()
+        self._built = built
+        self._dataset = dataset
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._built.eval_model.set_weights(self.model.get_weights())
+        values = _evaluate(self._built, self._dataset)
+        if logs is not None:
+            logs.update({f"val_{k}": v for k, v in values.items()})
+
+
+class _Progbar(keras.callbacks.ProgbarLogger):
+    """Keras's progress bar, headed `Epoch e/total` although each `fit` call runs one epoch."""
+
+    def __init__(self, total_epochs: int):
+        super().__init__()
+        self._total_epochs = total_epochs
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.epochs = self._total_epochs
+
+
+class _Summaries:
+    """TensorBoard scalars: training values under logs/train, validation under logs/validation.
+
+    Written with `tf.summary.write` and the scalars plugin's metadata, which is what
+    `tf.summary.scalar` does, minus its import of the `tensorboard` package (not a dependency).
+    """
+
+    _METADATA = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+    )
+
+    def __init__(self, log_dir: Path):
+        self._train = tf.summary.create_file_writer(str(log_dir / "train"))
+        self._validation = tf.summary.create_file_writer(str(log_dir / "validation"))
+
+    def write(self, step: int, logs: dict[str, float]) -> None:
+        for writer, is_validation in ((self._train, False), (self._validation, True)):
+            with writer.as_default():
+                for key, value in logs.items():
+                    if key.startswith("val_") == is_validation:
+                        tf.summary.write(
+                            tag=key.removeprefix("val_"), tensor=tf.constant(value, tf.float32),
+                            step=step, metadata=self._METADATA,
+                        )
+            writer.flush()
+
+    def close(self) -> None:
+        self._train.close()
+        self._validation.close()
+
+
+def _set_precision(mixed: bool) -> str:
+    """Sets Keras's global dtype policy; mixed precision is float16 on GPU and bfloat16 on CPU."""
+    if not mixed:
+        policy = "float32"
+    else:
+        policy = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+    keras.config.set_dtype_policy(policy)
+    return policy
+
+
+def _verbosity(dist: distribute.Distribution) -> int | str:
+    if not dist.is_chief:
+        return 0
+    return 1 if sys.stdout.isatty() else 2
+
+
+def _fingerprint(config: Config) -> str:
+    values = _resumable_view(config.to_dict())
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _resumable_view(values: dict[str, Any]) -> dict[str, Any]:
+    values = json.loads(json.dumps(values))
+    for dotted in _RESUMABLE_CHANGES:
+        *parents, leaf = dotted.split(".")
+        node = values
+        for part in parents:
+            node = node.get(part, {})
+        node.pop(leaf, None)
+    return values
+
+
+def _mismatch_message(run_dir: Path, config: Config) -> str:
+    saved_path = run_dir / "config.json"
+    differences = []
+    if saved_path.exists():
+        saved = _flatten(_resumable_view(json.loads(saved_path.read_text())))
+        current = _flatten(_resumable_view(config.to_dict()))
+        differences = [
+            f"{key}: {saved.get(key)!r} -> {current.get(key)!r}"
+            for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)
+        ]
+    detail = "; ".join(differences) if differences else "the saved config.json is missing"
+    return (
+        f"{run_dir} holds a checkpoint of a different configuration ({detail}). Rerun with the "
+        "original settings to resume, pass --fresh to start over, or choose another --run-dir."
+    )
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value and prefix.count(".") < 1:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _clear_run(run_dir: Path) -> None:
+    for name in (checkpoint.FILENAME, "results.json", "config.json"):
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "logs", ignore_errors=True)
+
+
+def _write_json(path: Path, values: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(values, indent=2, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    raise TypeError(f"not JSON serializable: {value!r}")
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"

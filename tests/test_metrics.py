@@ -1,0 +1,145 @@
+"""Exact metrics against ranx (an independent implementation), streaming, edge cases, monitors."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import random_batch, to_numpy
+from tfapprox import losses, metrics
+
+
+def result(metric, labels, scores, sample_weight=None):
+    metric.reset_state()
+    metric.update_state(labels, scores, sample_weight=sample_weight)
+    return float(to_numpy(metric.result()))
+
+
+def ranx_scores(labels, scores, names):
+    """Mean over queries with a relevant document, as computed by ranx."""
+    ranx = pytest.importorskip("ranx")
+    qrels, run = {}, {}
+    for q, (y, s) in enumerate(zip(labels, scores)):
+        valid = y >= 0
+        if not np.any(y[valid] >= 1):
+            continue
+        docs = [f"d{i}" for i in np.flatnonzero(valid)]
+        qrels[f"q{q}"] = {d: int(l) for d, l in zip(docs, y[valid]) if l > 0}
+        run[f"q{q}"] = {d: float(v) for d, v in zip(docs, s[valid])}
+    return ranx.evaluate(ranx.Qrels(qrels), ranx.Run(run), names)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_exact_metrics_agree_with_ranx(seed):
+    rng = np.random.default_rng(seed)
+    labels, scores = random_batch(rng, batch=32, list_size=int(rng.integers(5, 40)),
+                                  max_label=3, pad_fraction=0.25, distinct=True)
+    ours = {
+        "ndcg_burges": metrics.NDCG(), "ndcg_burges@1": metrics.NDCG(1),
+        "ndcg_burges@5": metrics.NDCG(5), "ndcg_burges@10": metrics.NDCG(10),
+        "map": metrics.MeanAveragePrecision(), "precision@1": metrics.PrecisionAtK(1),
+        "precision@5": metrics.PrecisionAtK(5), "precision@10": metrics.PrecisionAtK(10),
+        "mrr": metrics.MeanReciprocalRank(),
+    }
+    reference = ranx_scores(labels, scores, list(ours))
+    for name, metric in ours.items():
+        assert math.isclose(result(metric, labels, scores), reference[name], abs_tol=1e-6), name
+
+
+def test_hand_computed_values():
+    labels = np.array([[2.0, 1.0, 0.0, -1.0]], np.float32)
+    scores = np.array([[0.3, 0.2, 0.9, 5.0]], np.float32)  # order: doc 2, doc 0, doc 1
+    ndcg = (3 / math.log2(3) + 1 / math.log2(4)) / (3 + 1 / math.log2(3))
+    assert math.isclose(result(metrics.NDCG(), labels, scores), ndcg, rel_tol=1e-6)
+    assert math.isclose(result(metrics.MeanAveragePrecision(), labels, scores),
+                        (1 / 2 + 2 / 3) / 2, rel_tol=1e-6)
+    assert math.isclose(result(metrics.PrecisionAtK(2), labels, scores), 0.5, rel_tol=1e-6)
+    assert math.isclose(result(metrics.MeanReciprocalRank(), labels, scores), 0.5, rel_tol=1e-6)
+
+
+def test_ties_are_broken_by_list_order():
+    scores = np.zeros((1, 3), np.float32)
+    assert result(metrics.MeanReciprocalRank(), np.array([[1.0, 0.0, 0.0]]), scores) == 1.0
+    assert math.isclose(result(metrics.MeanReciprocalRank(), np.array([[0.0, 0.0, 1.0]]),
+                               scores), 1 / 3, rel_tol=1e-6)
+
+
+def test_streaming_equals_one_big_batch_and_weights_are_per_list(rng):
+    labels, scores = random_batch(rng, batch=10, list_size=12)
+    for metric in (metrics.NDCG(5), metrics.MeanAveragePrecision(), metrics.PrecisionAtK(3),
+                   metrics.MeanReciprocalRank()):
+        whole = result(metric, labels, scores)
+        metric.reset_state()
+        metric.update_state(labels[:4], scores[:4])
+        metric.update_state(labels[4:], scores[4:])
+        assert math.isclose(float(to_numpy(metric.result())), whole, rel_tol=1e-6)
+        weights = np.zeros(10, np.float32)
+        weights[:4] = 1.0
+        assert math.isclose(result(metric, labels, scores, weights),
+                            result(metric, labels[:4], scores[:4]), rel_tol=1e-6)
+
+
+def test_lists_without_relevant_documents_are_excluded_or_zero():
+    labels = np.array([[1.0, 0.0], [0.0, 0.0], [-1.0, -1.0]], np.float32)
+    scores = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]], np.float32)
+    for cls in (metrics.NDCG, metrics.MeanAveragePrecision, metrics.MeanReciprocalRank):
+        assert result(cls(), labels, scores) == 1.0
+        assert result(cls(empty_lists="zero"), labels, scores) == 0.5  # the padded list never counts
+    assert result(metrics.NDCG(), labels[1:], scores[1:]) == 0.0  # nothing counted: 0, not NaN
+    with pytest.raises(ValueError, match="`empty_lists` must be one of"):
+        metrics.NDCG(empty_lists="drop")
+
+
+def test_nan_scores_are_reported_not_hidden():
+    labels = np.array([[1.0, 0.0, -1.0]], np.float32)
+    assert result(metrics.NDCG(), labels, np.array([[1.0, 0.0, np.nan]], np.float32)) == 1.0
+    assert math.isnan(result(metrics.NDCG(), labels, np.array([[np.nan, 0.0, 0.0]], np.float32)))
+
+
+def test_single_document_lists_and_half_precision(rng):
+    labels = np.array([[2.0], [0.0]], np.float32)
+    scores = np.array([[0.5], [1.0]], np.float32)
+    assert result(metrics.NDCG(), labels, scores) == 1.0
+    labels, scores = random_batch(rng, batch=8, list_size=16)
+    for dtype in ("float16", "bfloat16"):
+        half = keras.ops.cast(scores, dtype)
+        expected = result(metrics.NDCG(5), labels, keras.ops.cast(half, "float32"))
+        assert math.isclose(result(metrics.NDCG(5), labels, half), expected, rel_tol=1e-6)
+
+
+def test_monitors_report_what_the_loss_optimises(rng):
+    labels, scores = random_batch(rng, batch=6, list_size=9)
+    labels[:, 0] = 1.0
+    loss = losses.ApproxNDCGLoss(alpha=5.0, topk=4, beta=3.0)
+    monitor = metrics.ApproxNDCGMetric(k=4, alpha=5.0, beta=3.0)
+    assert math.isclose(result(monitor, labels, scores), -float(to_numpy(loss(labels, scores))),
+                        rel_tol=1e-6)
+    ap_loss = losses.ApproxAPLoss(alpha=5.0, beta=3.0)
+    assert math.isclose(result(metrics.ApproxAPMetric(alpha=5.0, beta=3.0), labels, scores),
+                        -float(to_numpy(ap_loss(labels, scores))), rel_tol=1e-6)
+    steep = metrics.ApproxNDCGMetric(alpha=1e5)
+    assert math.isclose(result(steep, labels, scores), result(metrics.NDCG(), labels, scores),
+                        rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("name, cls, config", [
+    ("ndcg@5", metrics.NDCG, {"k": 5}), ("ndcg", metrics.NDCG, {"k": None}),
+    ("map", metrics.MeanAveragePrecision, {}), ("p@10", metrics.PrecisionAtK, {"k": 10}),
+    ("mrr", metrics.MeanReciprocalRank, {}), ("approx_ndcg@3", metrics.ApproxNDCGMetric, {"k": 3}),
+    ("approx_map", metrics.ApproxAPMetric, {}),
+])
+def test_get_by_short_name_and_serialize(name, cls, config, rng):
+    metric = metrics.get(name)
+    assert type(metric) is cls and metric.name == name
+    assert all(metric.get_config()[key] == value for key, value in config.items())
+    rebuilt = keras.metrics.deserialize(keras.metrics.serialize(metric))
+    assert type(rebuilt) is cls and rebuilt.get_config() == metric.get_config()
+    labels, scores = random_batch(rng)
+    assert result(rebuilt, labels, scores) == result(metric, labels, scores)
+
+
+@pytest.mark.parametrize("name", ["p", "map@5", "ndcg@0", "ndcg@x", "err@5"])
+def test_unknown_metric_names_are_rejected(name):
+    with pytest.raises(ValueError, match="metric"):
+        metrics.get(name)

@@ -1,0 +1,76 @@
+"""The ranking math in tfapprox.ops: ranks, gains, discounts, ideal DCG, stability."""
+
+import math
+
+import numpy as np
+import pytest
+
+from conftest import loss_and_grad, to_numpy
+from tfapprox import ops as rank_ops
+
+
+def test_exact_ranks_sort_descending_and_keep_list_order_on_ties():
+    scores = np.array([[0.1, 0.9, 0.5, 0.9, 7.0]], np.float32)
+    mask = np.array([[True, True, True, True, False]])
+    np.testing.assert_array_equal(to_numpy(rank_ops.exact_ranks(scores, mask)[:, :4]),
+                                  [[4, 1, 3, 2]])
+
+
+def test_approx_ranks_ignore_padding_and_approach_exact_ranks():
+    scores = np.array([[3.0, 1.0, 2.0, 100.0]], np.float32)
+    mask = np.array([[True, True, True, False]])
+    ranks = to_numpy(rank_ops.approx_ranks(scores, mask, alpha=50.0))[0, :3]
+    np.testing.assert_allclose(ranks, [1, 3, 2], atol=1e-6)
+    soft = to_numpy(rank_ops.approx_ranks(scores, mask, alpha=1.0))[0, :3]
+    sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    assert soft[0] == pytest.approx(1 + sigmoid(-2) + sigmoid(-1), rel=1e-6)
+
+
+@pytest.mark.parametrize("spread", [1e2, 1e3, 1e4])
+def test_approx_ranks_are_finite_with_huge_score_gaps(spread):
+    scores = np.array([[-spread, 0.0, spread, spread * 0.5]], np.float32)
+    mask = np.ones_like(scores, bool)
+    value, grad = loss_and_grad(
+        lambda y, s: rank_ops.discounts(rank_ops.approx_ranks(s, mask, alpha=10.0)), None,
+        scores)
+    assert np.isfinite(value) and np.all(np.isfinite(grad))
+
+
+def test_gains_discounts_and_ideal_dcg():
+    labels = np.array([[0.0, 2.0, 1.0, 0.0]], np.float32)
+    np.testing.assert_allclose(to_numpy(rank_ops.gains(labels)), [[0, 3, 1, 0]])
+    np.testing.assert_allclose(to_numpy(rank_ops.discounts(np.array([1.0, 3.0], np.float32))),
+                               [1.0, 0.5], rtol=1e-6)
+    assert to_numpy(rank_ops.ideal_dcg(labels))[0] == pytest.approx(3 + 1 / math.log2(3))
+    assert to_numpy(rank_ops.ideal_dcg(labels, topk=1))[0] == pytest.approx(3.0)
+
+
+def test_smooth_cutoff_is_a_sigmoid_around_k_plus_half():
+    ranks = np.array([[1.0, 3.5, 6.0]], np.float32)
+    cut = to_numpy(rank_ops.smooth_top_k_cutoff(ranks, 3, beta=10.0))[0]
+    assert cut[0] > 0.999 and cut[1] == pytest.approx(0.5) and cut[2] < 1e-6
+
+
+def test_ideal_positions_and_label_consistent_permutation():
+    labels = np.array([[1.0, 2.0, 1.0, 0.0]], np.float32)
+    mask = np.ones_like(labels, bool)
+    np.testing.assert_array_equal(to_numpy(rank_ops.ideal_positions(labels, mask)),
+                                  [[2, 1, 2, 4]])
+    keys = np.array([[0.2, 0.5, 0.9, 0.1]], np.float32)
+    np.testing.assert_array_equal(
+        to_numpy(rank_ops.permutation_positions(labels, mask, keys)), [[3, 1, 2, 4]])
+
+
+def test_standardize_masks_padding_and_squeezes_scores():
+    labels, mask, scores = rank_ops.standardize(
+        {"labels": np.array([[1.0, 0.0, 2.0]]), "mask": np.array([[True, True, False]])},
+        np.array([[[0.5], [np.nan], [np.inf]]], np.float32))
+    np.testing.assert_array_equal(to_numpy(mask), [[True, True, False]])
+    np.testing.assert_array_equal(to_numpy(labels), [[1, 0, 0]])
+    assert np.isnan(to_numpy(scores)[0, 1]) and to_numpy(scores)[0, 2] == 0.0
+
+
+def test_safe_divide_has_finite_gradient_at_zero():
+    value, grad = loss_and_grad(
+        lambda y, s: rank_ops.safe_divide(s, s * 0.0), None, np.array([[1.0, 2.0]], np.float32))
+    assert value == 0 and np.all(grad == 0)

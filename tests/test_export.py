@@ -140,7 +140,8 @@ def test_saved_model_cli_run_scores_a_sample(exported, tmp_path):
         ]
     )
     scores = np.load(outdir / "scores.npy")
-    np.testing.assert_allclose(scores[mask], _expected_scores(model, features, mask)[mask], atol=1e-5)
+    expected = _expected_scores(model, features, mask)
+    np.testing.assert_allclose(scores[mask], expected[mask], atol=1e-5)
 
 
 @needs_tensorflow
@@ -202,9 +203,11 @@ def test_wrong_dtype_gets_a_clear_error(loaded):
     import tensorflow as tf
 
     features, _ = _lists(6)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="expected to be a float tensor but is a double"):
+    expected_float = "expected to be a float tensor but is a double"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=expected_float):
         loaded.signatures["score_features"](features=tf.constant(features, tf.float64))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="expected to be a string tensor but is a float"):
+    expected_string = "expected to be a string tensor but is a float"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=expected_string):
         loaded.signatures["serving_default"](elwc=tf.constant(features[:, 0, 0]))
 
 
@@ -253,7 +256,8 @@ def test_versions_count_up_and_are_never_overwritten(tmp_path):
     finally:
         os.umask(old_umask)
     assert os.stat(first).st_mode & 0o777 == 0o755  # readable by a server running as another user
-    assert export.export_saved_model(model, tmp_path, "ranker", NUM_FEATURES, version=10).endswith("10")
+    tenth = export.export_saved_model(model, tmp_path, "ranker", NUM_FEATURES, version=10)
+    assert tenth.endswith("10")
     assert export.export_saved_model(model, tmp_path, "ranker", NUM_FEATURES).endswith("11")
     marker = tmp_path / "ranker" / "10" / "keep"
     marker.write_text("x")

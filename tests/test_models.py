@@ -59,10 +59,11 @@ def _moving_stats(model):
 
 
 def test_presets_halve_down_to_sixteen():
-    assert PRESETS["B1024"] == (1024, 512, 256, 128, 64, 32, 16)
-    assert PRESETS["B512"] == (512, 256, 128, 64, 32, 16)
-    assert PRESETS["B64"] == (64, 32, 16)
-    assert sorted(PRESETS) == ["B1024", "B128", "B256", "B512", "B64"]
+    assert sorted(PRESETS, key=lambda k: int(k[1:])) == ["B64", "B128", "B256", "B512", "B1024"]
+    for name, widths in PRESETS.items():
+        assert widths[0] == int(name[1:]) and widths[-1] == 16
+        assert all(wider == 2 * narrower for wider, narrower in zip(widths, widths[1:]))
+    assert PRESETS["B1024"] == (1024, 512, 256, 128, 64, 32, 16)  # Bruch et al. 2019
     assert build_scorer("b256").hidden_units == PRESETS["B256"]
     with pytest.raises(ValueError, match="preset must be one of .* received preset='B100'"):
         build_scorer("B100")
@@ -120,7 +121,9 @@ def test_padding_changes_no_valid_score_nor_moving_stats(fill):
         np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-6)
     list_size = mask.shape[1]
     for training in (False, True):
-        expected = ops.convert_to_numpy(plain({"features": features, "mask": mask}, training=training))
+        expected = ops.convert_to_numpy(
+            plain({"features": features, "mask": mask}, training=training)
+        )
         got = ops.convert_to_numpy(
             with_pads({"features": padded[0], "mask": padded[1]}, training=training)
         )
@@ -184,7 +187,9 @@ def test_save_and_load_round_trip(tmp_path):
     model.train_on_batch({"features": features, "mask": mask}, labels)
     path = tmp_path / "scorer.keras"
     model.save(path)
-    restored = keras.models.load_model(path, custom_objects={"_masked_squared_error": _masked_squared_error})
+    restored = keras.models.load_model(
+        path, custom_objects={"_masked_squared_error": _masked_squared_error}
+    )
     assert isinstance(restored, DNNScorer)
     assert restored.get_config() == model.get_config()
     for a, b in zip(_moving_stats(model), _moving_stats(restored)):

@@ -3,13 +3,13 @@
 `export_saved_model(model, base_dir, name, num_features)` writes `base_dir/name/<version>/`, the
 layout TF Serving watches (`--model_base_path=base_dir/name`). The SavedModel holds:
 
-| signature          | input (name: dtype shape)                 | output `scores`   |
-|--------------------|-------------------------------------------|-------------------|
-| `serving_default`  | `elwc`: string `[batch]`, serialized      | float32 `[batch, list]`; padded slots 0 |
-|                    | ExampleListWithContext (TF-Ranking's)     |                   |
-| `score_features`   | `features`: float32 `[batch, list, F]`    | float32 `[batch, list]` |
-| `score_examples`   | `examples`: string `[n]`, serialized      | float32 `[n]`     |
-|                    | tf.Example, one document each             |                   |
+| signature         | input (name: dtype [shape])               | output `scores`         |
+|-------------------|-------------------------------------------|-------------------------|
+| `serving_default` | `elwc`: string [batch], serialized        | float32 [batch, list],  |
+|                   | ExampleListWithContext (TF-Ranking's)     | 0 on padded slots       |
+| `score_features`  | `features`: float32 [batch, list, F]      | float32 [batch, list]   |
+| `score_examples`  | `examples`: string [n], serialized        | float32 [n]             |
+|                   | tf.Example, one document each             |                         |
 
 Documents are stored as in `tfapprox.data.records` (by default one float feature `"features"` of
 length F per tf.Example). Parsing runs inside the graph, so a client sends raw protos; the served
@@ -155,8 +155,10 @@ def _build_archive(model, num_features, example_layout):
     return archive
 
 
-def export_saved_model(model, base_dir, name, num_features, version=None, *, example_layout="vector"):
-    """Returns the path `base_dir/name/<version>` of a SavedModel for TF Serving, written atomically.
+def export_saved_model(
+    model, base_dir, name, num_features, version=None, *, example_layout="vector"
+):
+    """Returns the path `base_dir/name/<version>` of a TF Serving SavedModel, written atomically.
 
     Args:
         model: A scorer taking `{"features": [B, L, F], "mask": [B, L]}` and returning `[B, L]`
@@ -199,7 +201,9 @@ def export_saved_model(model, base_dir, name, num_features, version=None, *, exa
     try:
         _build_archive(model, num_features, example_layout).write_out(staging, verbose=False)
         if os.path.lexists(target):
-            raise FileExistsError(f"Version {version} of model {name!r} appeared during export: {target}")
+            raise FileExistsError(
+                f"Version {version} of model {name!r} appeared during export: {target}"
+            )
         os.rename(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

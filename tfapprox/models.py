@@ -17,17 +17,19 @@ Optimization in the Age of Deep Neural Networks". SIGIR 2019.
 import keras
 from keras import ops
 
-__all__ = ["PRESETS", "DNNScorer", "MaskedBatchNormalization", "build_scorer", "split_inputs"]
+__all__ = ["PRESETS", "DNNScorer", "MaskedBatchNormalization", "build_scorer"]
 
-# Hidden-layer widths of the B-nets: B<n> starts at n units and halves down to 16, so
-# B1024 = 1024, 512, 256, 128, 64, 32, 16 and B64 = 64, 32, 16.
+# Hidden-layer widths of the B-nets: B<n> starts at n units and halves down to 16.
 PRESETS = {
-    f"B{top}": tuple(2**k for k in range(top.bit_length() - 1, 3, -1))
-    for top in (64, 128, 256, 512, 1024)
+    "B64": (64, 32, 16),
+    "B128": (128, 64, 32, 16),
+    "B256": (256, 128, 64, 32, 16),
+    "B512": (512, 256, 128, 64, 32, 16),
+    "B1024": (1024, 512, 256, 128, 64, 32, 16),
 }
 
 
-def split_inputs(inputs):
+def _split_inputs(inputs):
     """Returns `(features [B, L, F], mask bool [B, L])` from a dict or a bare feature tensor.
 
     A dict must hold `"features"` and may hold `"mask"` (True on real documents); without a mask,
@@ -239,7 +241,7 @@ class DNNScorer(keras.Model):
         self.output_dense.build((None, None, width))
 
     def call(self, inputs, training=False):
-        features, mask = split_inputs(inputs)
+        features, mask = _split_inputs(inputs)
         valid = ops.expand_dims(mask, -1)
         x = ops.where(valid, features, ops.zeros_like(features))
         if self.input_norm is not None:

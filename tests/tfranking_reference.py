@@ -20,7 +20,8 @@ the caller states and applies every convention:
 - For each metric `ndcg_k` (k from `ndcg_topns`), `map`, `mrr`, `precision_k`:
   `{metric}_i` [B] the per-list values and `{metric}_weight_i` [B] the per-list weights, both
   from the Keras metric's own `_metric.compute` (the values its `Mean` averages), and
-  `{metric}_result_i` the Keras metric's `result()` after one `update_state` on the batch.
+  `{metric}_result_i` the Keras metric's result on the batch (its `update_state` feeds exactly
+  these values and weights to `tf.keras.metrics.Mean`).
 
 It also stores `versions`, the TensorFlow and TF-Ranking versions it ran with.
 """
@@ -57,6 +58,7 @@ def reference_values(inputs):
     pairwise = tfr.keras.losses.PairwiseLogisticLoss(reduction=NONE)
     listmle = tfr.keras.losses.ListMLELoss(reduction=NONE)
     metrics = metrics_under_test(inputs["ndcg_topns"], inputs["precision_topns"])
+    mean = tf.keras.metrics.Mean()
     out = {}
     for i in range(int(inputs["num_batches"])):
         labels = tf.constant(inputs[f"labels_{i}"], tf.float32)
@@ -69,12 +71,14 @@ def reference_values(inputs):
         distinct = tf.constant(inputs[f"distinct_labels_{i}"], tf.float32)
         out[f"listmle_{i}"] = per_list(listmle(distinct, scores))
         for name, metric in metrics.items():
+            # What `metric.update_state(labels, scores)` does, without its per-call autograph
+            # conversion (which takes most of the time): compute, then a weighted `Mean`.
             values, weights = metric._metric.compute(labels, scores, None)
             out[f"{name}_{i}"] = per_list(values)
             out[f"{name}_weight_{i}"] = per_list(weights)
-            metric.reset_state()
-            metric.update_state(labels, scores)
-            out[f"{name}_result_{i}"] = np.float64(metric.result().numpy())
+            mean.reset_state()
+            mean.update_state(values, sample_weight=weights)
+            out[f"{name}_result_{i}"] = np.float64(mean.result().numpy())
     out["versions"] = np.array([importlib.metadata.version("tensorflow"),
                                 importlib.metadata.version("tensorflow-ranking")])
     return out

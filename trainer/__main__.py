@@ -150,9 +150,12 @@ def _overrides(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]
     for assignment in args.loss_param:
         key, value = config_lib.parse_assignment(assignment)
         overrides[f"loss.params.{key}"] = value
-    for axis in getattr(args, "grid", []):
-        key, values = config_lib.parse_grid_axis(axis)
-        overrides[f"cv.grid.{key}"] = values
+    if getattr(args, "grid", None):
+        grid = dict(base["cv"]["grid"])
+        for axis in args.grid:
+            key, values = config_lib.parse_grid_axis(axis)
+            grid[key] = values
+        overrides["cv.grid"] = grid
     if args.data_dir is not None:
         overrides.update({"data.train": None, "data.vali": None, "data.test": None})
     if args.train_files is not None:
@@ -177,12 +180,17 @@ def _resolve(args: argparse.Namespace) -> config_lib.Config:
     return config_lib.Config.from_dict(values)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Returns the parsed command line; without a command, `train` is meant."""
+    argv = list(argv)
     if not argv or argv[0] not in COMMANDS + ("-h", "--help"):
         argv = ["train", *argv]
+    return _parser().parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    args = parser.parse_args(argv)
     try:
         config = _resolve(args)
     except (KeyError, ValueError, FileNotFoundError) as err:

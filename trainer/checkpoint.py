@@ -126,7 +126,7 @@ def assign(variables: list[Any], values: list[np.ndarray], what: str) -> None:
     for variable, value in zip(variables, values):
         if tuple(variable.shape) != tuple(value.shape):
             raise RuntimeError(
-                f"checkpoint {what} variable {getattr(variable, 'path', variable.name)} has shape "
+                f"checkpoint {what} variable {variable.path} has shape "
                 f"{tuple(value.shape)}, the current one {tuple(variable.shape)} (pass --fresh or use "
                 "another --run-dir)"
             )

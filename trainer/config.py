@@ -31,7 +31,7 @@ class DataConfig:
     vali: list[str] | None = None
     test: list[str] | None = None
     num_features: int | None = None  # required for TFRecords; read from LETOR text otherwise
-    list_size: int | None = 200  # training lists are cut/padded to this; evaluation uses whole lists
+    list_size: int | None = None  # training lists cut/padded to this (None: each batch's longest)
     cache_dir: str = "runs/data"  # generated data and LETOR→TFRecord conversions live here
     synthetic: dict[str, Any] = dataclasses.field(default_factory=dict)  # synthetic.write_letor kwargs
 
@@ -58,7 +58,7 @@ class OptimizerConfig:
 @dataclasses.dataclass
 class TrainConfig:
     batch_size: int = 32  # lists per step (global, across replicas)
-    epochs: int = 30
+    epochs: int = 20
     seed: int = 0
     select_metric: str = "ndcg@5"  # model selection and early stopping, on validation
     patience: int = 5  # epochs without improvement before stopping; 0 never stops early
@@ -117,7 +117,6 @@ class Config:
 PRESETS: dict[str, dict[str, Any]] = {
     "demo": {},
     "ohsumed": {
-        "data": {"list_size": None},
         "model": {"preset": "B64", "dropout": 0.1},
         "loss": {"name": "approx_ndcg", "params": {"alpha": 10.0}},
         "optimizer": {"name": "adagrad", "learning_rate": 0.05},
@@ -126,7 +125,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "cv": {"out_dir": "runs/cv_ohsumed"},
     },
     "mq2008": {
-        "data": {"list_size": None},
         "model": {"preset": "B128", "dropout": 0.1},
         "loss": {"name": "approx_ndcg", "params": {"alpha": 10.0}},
         "optimizer": {"name": "adagrad", "learning_rate": 0.05},

@@ -1,5 +1,213 @@
-"""placeholder"""
+"""Where a run's lists come from: LETOR folds, TFRecords, or generated demo data, as tf.data.
+
+`resolve` turns the `data` section of the config into `Splits`: TFRecord files per split plus the
+feature count and the number of training lists. LETOR text is converted once into
+`<cache_dir>/records/<key>/` (key: the source files' paths, sizes and mtimes), so each epoch's
+dataset is cheap to build; with no data given, `<cache_dir>/demo-<key>/{train,vali,test}.txt` is
+generated first by `tfapprox.data.write_splits`. Cache entries are written to a temporary directory
+and renamed into place, so concurrent workers and killed runs never see half of one.
+
+Training batches for epoch e are shuffled with a seed drawn from `(seed, e)`: a resumed run sees the
+same order as an uninterrupted one. Under a multi-worker strategy every worker builds the same
+sequence of per-replica batches and keeps every n-th: together the workers see exactly the global
+batches a single worker would.
+"""
+
+from __future__ import annotations
+
 import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from trainer.config import DataConfig
+
+EVAL_BATCH_SIZE = 64
+
+# The demo set: 40 features, graded labels 0..4, about 40 documents per query. Sized so that
+# `python -m trainer` trains for a minute or two on a laptop CPU.
+DEMO_DATA = {"num_queries": 1500, "docs_per_query": 40, "num_features": 40, "noise": 0.5, "seed": 0}
+
+# LETOR sets kept as their five parts; fold k trains on parts k, k+1, k+2, validates on k+3 and tests
+# on k+4 (mod 5), as in the original distributions (see ../shared/data/README.md).
+_PART = re.compile(r"^S([1-5])\.txt(\.gz)?$", re.IGNORECASE)
+
+Printer = Callable[[str], None]
+
+
 @dataclasses.dataclass
 class Splits:
-    pass
+    """TFRecord files of each split, ready for `tfapprox.data.ranking_dataset`."""
+
+    train: list[str]
+    vali: list[str]
+    test: list[str] | None
+    num_features: int
+    num_train_lists: int
+
+
+def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
+    """Returns the `Splits` of `config`, generating and converting into the cache as needed."""
+    from tfapprox.data import find_split_files
+
+    cache = Path(config.cache_dir)
+    if config.train is not None:
+        sources = {"train": config.train, "vali": config.vali, "test": config.test}
+    else:
+        if config.dir is not None:
+            found = find_split_files(config.dir)
+            if "train" not in found or "vali" not in found:
+                raise FileNotFoundError(
+                    f"{config.dir}: expected train.txt and vali.txt (or trainingset.txt and "
+                    f"validationset.txt), found {sorted(p.name for p in found.values())}"
+                )
+        else:
+            found = _demo_splits(cache, {**DEMO_DATA, **config.synthetic}, print_fn)
+        sources = {split: [str(found[split])] if split in found else None
+                   for split in ("train", "vali", "test")}
+    num_features = config.num_features or _num_features(sources)
+    converted = {
+        split: (_as_records(paths, num_features, cache, print_fn) if paths else None)
+        for split, paths in sources.items()
+    }
+    return Splits(
+        train=converted["train"],
+        vali=converted["vali"],
+        test=converted["test"],
+        num_features=num_features,
+        num_train_lists=_count_lists(converted["train"], num_features),
+    )
+
+
+def train_dataset(splits: Splits, batch_size: int, list_size: int | None, *,
+                  seed: tuple[int, int], num_shards: int = 1, shard_index: int = 0) -> tf.data.Dataset:
+    """Returns one epoch of shuffled training batches; `seed` is `(run seed, epoch)`.
+
+    With `num_shards > 1` only batches `shard_index, shard_index + num_shards, ...` are kept.
+    """
+    from tfapprox.data import ranking_dataset
+
+    epoch_seed = int(np.random.SeedSequence(list(seed)).generate_state(1)[0] >> 1)
+    dataset = ranking_dataset(
+        splits.train, batch_size, list_size, shuffle=True, seed=epoch_seed,
+        num_features=splits.num_features,
+    )
+    num_batches = -(-splits.num_train_lists // batch_size)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
+    if num_shards > 1:
+        dataset = dataset.shard(num_shards, shard_index)
+    return dataset
+
+
+def eval_dataset(paths: list[str], splits: Splits) -> tf.data.Dataset:
+    """Returns whole lists of `paths` in file order, for exact metrics."""
+    from tfapprox.data import ranking_dataset
+
+    dataset = ranking_dataset(paths, EVAL_BATCH_SIZE, None, shuffle=False,
+                              num_features=splits.num_features)
+    num_batches = -(-_count_lists(paths, splits.num_features) // EVAL_BATCH_SIZE)
+    return dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
+
+
+def letor_folds(directory: str | os.PathLike) -> dict[int, tuple[list[str], list[str], list[str]]]:
+    """Returns `{fold: (train files, vali files, test files)}` of a LETOR set directory.
+
+    The directory holds either `Fold1..Fold5/` with train/vali/test files, or the five parts
+    `S1.txt..S5.txt` from which the standard folds are assembled.
+    """
+    from tfapprox.data import find_folds
+
+    directory = Path(directory)
+    parts = {}
+    for path in sorted(directory.iterdir()) if directory.is_dir() else []:
+        match = _PART.match(path.name)
+        if match:
+            parts[int(match.group(1))] = str(path)
+    if len(parts) == 5:
+        def part(k: int) -> str:
+            return parts[(k - 1) % 5 + 1]
+
+        return {k: ([part(k), part(k + 1), part(k + 2)], [part(k + 3)], [part(k + 4)])
+                for k in range(1, 6)}
+    try:
+        folds = find_folds(directory)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"{directory}: expected S1.txt..S5.txt or Fold1..Fold5/ directories ({err})"
+        ) from None
+    return {int(name[4:]): ([str(s["train"])], [str(s["vali"])], [str(s["test"])])
+            for name, s in folds.items()}
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def _demo_splits(cache: Path, params: dict[str, Any], print_fn: Printer) -> dict[str, Path]:
+    from tfapprox.data import write_splits
+
+    target = cache / f"demo-{_key(params)}"
+    if not target.exists():
+        print_fn(f"Generating demo data in {target} ({params['num_queries']} queries)")
+        _publish(target, lambda tmp: write_splits(tmp, **params))
+    return {split: target / f"{split}.txt" for split in ("train", "vali", "test")}
+
+
+def _num_features(sources: dict[str, list[str] | None]) -> int:
+    from tfapprox.data import describe
+
+    widths = {split: describe(paths).num_features for split, paths in sources.items() if paths}
+    return max(widths.values())
+
+
+def _as_records(patterns: list[str], num_features: int, cache: Path, print_fn: Printer) -> list[str]:
+    """Returns TFRecord files for `patterns`, converting LETOR text into the cache once."""
+    from tfapprox.data import convert, describe
+
+    info = describe(patterns, num_features)
+    if info.kind != "letor":
+        return [str(f) for f in info.files]
+    stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in info.files]
+    target = cache / "records" / _key({"files": stats, "num_features": num_features})
+    if not (target / "spec.json").exists():
+        names = ", ".join(f.name for f in info.files)
+        print_fn(f"Converting {names} to TFRecords in {target}")
+        _publish(target, lambda tmp: convert(info.files, tmp, num_features=num_features))
+    return [str(p) for p in sorted(target.glob("*.tfrecord"))]
+
+
+def _count_lists(files: list[str], num_features: int) -> int:
+    from tfapprox.data import describe
+
+    counted = describe(files, num_features).num_lists
+    if counted is None:
+        counted = int(tf.data.TFRecordDataset(files).reduce(np.int64(0), lambda n, _: n + 1))
+    return counted
+
+
+def _publish(target: Path, write: Callable[[Path], Any]) -> None:
+    """Runs `write(tmp)` into a fresh temporary directory, then renames it to `target`.
+
+    If another process published `target` first, its copy is kept and ours discarded.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        write(tmp)
+        os.rename(tmp, target)
+    except OSError:
+        if not target.exists():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _key(values: Any) -> str:
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]

@@ -33,6 +33,20 @@ class Distribution:
     def num_replicas(self) -> int:
         return self.strategy.num_replicas_in_sync
 
+    def check_same(self, what: str, value: int) -> None:
+        """Raises unless every worker holds the same `value` (e.g. the epoch it resumes from).
+
+        Workers that disagree would wait on each other's collectives forever; this fails instead.
+        """
+        if self.name != "multi_worker":
+            return
+        gathered = self.strategy.gather(tf.constant([value], tf.int64), axis=0).numpy().tolist()
+        if len(set(gathered)) > 1:
+            raise RuntimeError(
+                f"workers disagree on {what}: {gathered} (worker order). Every worker reads the "
+                "chief's checkpoint, so --run-dir must be on a filesystem that all workers share."
+            )
+
     def distribute(
         self, make_dataset: Callable[[int, int, int], tf.data.Dataset], global_batch_size: int
     ):
@@ -75,11 +89,39 @@ def make(name: str) -> Distribution:
                 implementation=tf.distribute.experimental.CommunicationImplementation.RING
             )
         )
+        _fix_keras_multi_worker_logs()
         task_type, index = task.get("type", "worker"), int(task.get("index", 0))
         is_chief = task_type == "chief" or (task_type == "worker" and index == 0 and "chief" not in cluster)
         num_workers = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
         return Distribution(strategy, name, is_chief, index, max(num_workers, 1))
     raise ValueError(f"--strategy must be default, mirrored or multi_worker, got {name!r}")
+
+
+def _fix_keras_multi_worker_logs() -> None:
+    """Makes Keras 3's `fit` average scalar logs across workers without failing.
+
+    Under MultiWorkerMirroredStrategy Keras reduces every step output with
+    `strategy.reduce("MEAN", value, axis=0)`, which raises "Invalid reduction dimension 0 for input
+    with 0 dimensions" for the scalar loss and metric values (tensorflow/tensorflow#72388). Scalars
+    are reduced with `axis=None` instead; everything else goes to Keras unchanged.
+    """
+    from keras.src.backend.tensorflow import trainer as keras_tf_trainer
+
+    original = keras_tf_trainer.reduce_per_replica
+    if getattr(original, "_tfapprox_fixed", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and keras_tf_trainer._collective_all_reduce_multi_worker(
+            strategy
+        ):
+            return tf.nest.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=None if v.shape.rank == 0 else 0), values
+            )
+        return original(values, strategy, reduction)
+
+    reduce_per_replica._tfapprox_fixed = True
+    keras_tf_trainer.reduce_per_replica = reduce_per_replica
 
 
 def _tf_config() -> dict:

@@ -60,89 +60,55 @@ def train(config: Config, *, fresh: bool = False, print_fn: Printer = print,
     `dist` is made from `config.runtime.strategy` when None (cv passes one: a process can create
     a multi-worker strategy only once).
     """
-    started = time.perf_counter()
     dist = dist or distribute.make(config.runtime.strategy)
+    previous_policy = keras.config.dtype_policy()
+    try:
+        return _train(config, fresh, print_fn, dist)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+
+
+def _train(config: Config, fresh: bool, print_fn: Printer,
+           dist: distribute.Distribution) -> dict[str, Any]:
+    started = time.perf_counter()
     say = print_fn if dist.is_chief else (lambda _: None)
     policy = _set_precision(config.runtime.mixed_precision)
     keras.utils.set_random_seed(config.train.seed)
-
     splits = data.resolve(config.data, print_fn=say)
     run_dir = Path(config.train.run_dir)
-    if fresh and dist.is_chief:
-        _clear_run(run_dir)
-    restored = None if fresh else checkpoint.load(run_dir)
-    fingerprint = _fingerprint(config)
-    if restored is not None and restored.state.fingerprint != fingerprint:
-        raise RuntimeError(_mismatch_message(run_dir, config))
-    if dist.is_chief:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        checkpoint.remove_stale_temporaries(run_dir)
-        saved = config.to_dict()
-        saved["data"]["num_features"] = splits.num_features
-        _write_json(run_dir / "config.json", saved)
-
     built = _build(config, splits.num_features, dist)
-    model = built.model
-    state = checkpoint.RunState(fingerprint=fingerprint)
-    best_weights = None
-    if restored is not None:
-        checkpoint.assign(_model_state(model), restored.model, "model")
-        checkpoint.assign(model.optimizer.variables, restored.optimizer, "optimizer")
-        state, best_weights = restored.state, restored.best
-        say(f"Resuming {run_dir} after epoch {state.epoch} (best {config.train.select_metric} "
-            f"{_fmt(state.best_value)} at epoch {state.best_epoch})")
+    state, best_weights = _start_or_resume(config, run_dir, fresh, built, splits, dist, say)
 
-    vali = data.eval_dataset(splits.vali, splits)
-    writers = _Summaries(run_dir / "logs") if dist.is_chief else None
-    validate = _ValidationCallback(built, vali)
-    epochs = config.train.epochs
-    if state.stopped_early or state.epoch >= epochs:
+    if state.stopped_early or state.epoch >= config.train.epochs:
         say(f"{run_dir} is already trained ({state.epoch} epochs"
             f"{', stopped early' if state.stopped_early else ''}); pass --fresh to train again")
-    while state.epoch < epochs and not state.stopped_early:
-        epoch = state.epoch
-        epoch_start = time.perf_counter()
-        train_input = dist.distribute(
-            lambda batch, shards, index: data.train_dataset(
-                splits, batch, config.data.list_size, seed=(config.train.seed, epoch),
-                num_shards=shards, shard_index=index),
-            config.train.batch_size,
-        )
-        steps = None
-        if dist.distributed:
-            # Every replica must take the same number of steps; drop the last, partial batch.
-            steps = max(splits.num_train_lists // config.train.batch_size, 1)
-        history = model.fit(
-            train_input, initial_epoch=epoch, epochs=epoch + 1, steps_per_epoch=steps,
-            callbacks=[validate, _Progbar(epochs)], verbose=_verbosity(dist), shuffle=False,
-        )
-        logs = {k: v[-1] for k, v in history.history.items()}
-        logs["epoch_seconds"] = time.perf_counter() - epoch_start
-        logs["learning_rate"] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+        finished = _finished_results(run_dir, state)
+        if finished is not None:
+            built.eval_model.set_weights(best_weights)
+            return _finish(finished, config, built, splits, dist, say)
+
+    vali = data.eval_dataset(splits.vali, splits)
+    summaries = _Summaries(run_dir / "logs") if dist.is_chief else None
+    callbacks = [_ValidationCallback(built, vali), _Progbar(config.train.epochs)]
+    while state.epoch < config.train.epochs and not state.stopped_early:
+        logs = _train_one_epoch(config, built.model, splits, dist, state.epoch, callbacks)
         _add_gaps(logs, built.eval_metrics)
         value = logs[f"val_{config.train.select_metric}"]
         if not math.isfinite(value):
             raise FloatingPointError(
-                f"validation {config.train.select_metric} is {value} after epoch {epoch + 1}; "
-                "lower optimizer.learning_rate or check the data"
+                f"validation {config.train.select_metric} is {value} after epoch "
+                f"{state.epoch + 1}; lower optimizer.learning_rate or check the data"
             )
         if state.record(logs, value, config.train.patience):
-            best_weights = [np.array(w) for w in model.get_weights()]
-        if writers is not None:
-            writers.write(epoch + 1, logs)
+            best_weights = [np.array(w) for w in built.model.get_weights()]
         if dist.is_chief:
-            checkpoint.save(run_dir, checkpoint.Checkpoint(
-                state=state,
-                model=[np.asarray(keras.ops.convert_to_numpy(v)) for v in _model_state(model)],
-                optimizer=[np.asarray(keras.ops.convert_to_numpy(v))
-                           for v in model.optimizer.variables],
-                best=best_weights,
-            ))
+            summaries.write(state.epoch, logs)
+            checkpoint.save(run_dir, _snapshot(built.model, state, best_weights))
         if state.stopped_early:
             say(f"Early stopping after epoch {state.epoch}: no {config.train.select_metric} "
                 f"improvement for {config.train.patience} epochs")
-    if writers is not None:
-        writers.close()
+    if summaries is not None:
+        summaries.close()
 
     built.eval_model.set_weights(best_weights)
     results = {
@@ -159,13 +125,88 @@ def train(config: Config, *, fresh: bool = False, print_fn: Printer = print,
         "test": (_evaluate(built, data.eval_dataset(splits.test, splits))
                  if splits.test else None),
     }
-    if config.export.enabled and dist.is_chief:
-        results["export_path"] = str(export(built.eval_model, config, splits.num_features))
     results["wall_seconds"] = time.perf_counter() - started
+    return _finish(results, config, built, splits, dist, say)
+
+
+def _finish(results: dict[str, Any], config: Config, built: Built, splits: data.Splits,
+            dist: distribute.Distribution, say: Printer) -> dict[str, Any]:
+    """Exports the selected model (chief, if enabled), writes results.json, prints the summary."""
     if dist.is_chief:
-        _write_json(run_dir / "results.json", results)
+        results.pop("export_path", None)
+        if config.export.enabled:
+            results["export_path"] = str(export(built.eval_model, config, splits.num_features))
+        _write_json(Path(config.train.run_dir) / "results.json", results)
         say(summary_table(results, config))
     return results
+
+
+def _finished_results(run_dir: Path, state: checkpoint.RunState) -> dict[str, Any] | None:
+    """Returns the results.json of a finished run, if it belongs to the checkpoint's state."""
+    path = run_dir / "results.json"
+    if not path.exists():
+        return None
+    results = json.loads(path.read_text())
+    if results.get("epochs_run") != state.epoch or results.get("best_epoch") != state.best_epoch:
+        return None
+    return results
+
+
+def _start_or_resume(config: Config, run_dir: Path, fresh: bool, built: Built,
+                     splits: data.Splits, dist: distribute.Distribution, say: Printer):
+    """Returns `(state, best_weights)`: restored from the run's checkpoint, or a new start."""
+    if fresh and dist.is_chief:
+        _clear_run(run_dir)
+    restored = None if fresh else checkpoint.load(run_dir)
+    fingerprint = _fingerprint(config)
+    if restored is not None and restored.state.fingerprint != fingerprint:
+        raise RuntimeError(_mismatch_message(run_dir, config))
+    dist.check_same("the epoch to resume from", restored.state.epoch if restored else 0)
+    if dist.is_chief:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint.remove_stale_temporaries(run_dir)
+        saved = config.to_dict()
+        saved["data"]["num_features"] = splits.num_features
+        _write_json(run_dir / "config.json", saved)
+    if restored is None:
+        return checkpoint.RunState(fingerprint=fingerprint), None
+    checkpoint.assign(_model_state(built.model), restored.model, "model")
+    checkpoint.assign(built.model.optimizer.variables, restored.optimizer, "optimizer")
+    state = restored.state
+    say(f"Resuming {run_dir} after epoch {state.epoch} (best {config.train.select_metric} "
+        f"{_fmt(state.best_value)} at epoch {state.best_epoch})")
+    return state, restored.best
+
+
+def _train_one_epoch(config: Config, model: keras.Model, splits: data.Splits,
+                     dist: distribute.Distribution, epoch: int,
+                     callbacks: list[keras.callbacks.Callback]) -> dict[str, float]:
+    """Runs `fit` over epoch `epoch`'s training batches; returns the epoch's logs."""
+    started = time.perf_counter()
+    train_input = dist.distribute(
+        lambda batch, shards, index: data.train_dataset(
+            splits, batch, config.data.list_size, seed=(config.train.seed, epoch),
+            num_shards=shards, shard_index=index),
+        config.train.batch_size,
+    )
+    history = model.fit(
+        train_input, initial_epoch=epoch, epochs=epoch + 1,
+        steps_per_epoch=_steps_per_epoch(splits.num_train_lists, config.train.batch_size, dist),
+        callbacks=callbacks, verbose=_verbosity(dist), shuffle=False,
+    )
+    logs = {k: v[-1] for k, v in history.history.items()}
+    logs["epoch_seconds"] = time.perf_counter() - started
+    logs["learning_rate"] = float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+    return logs
+
+
+def _snapshot(model: keras.Model, state: checkpoint.RunState,
+              best_weights: list[np.ndarray]) -> checkpoint.Checkpoint:
+    def arrays(variables):
+        return [np.asarray(keras.ops.convert_to_numpy(v)) for v in variables]
+
+    return checkpoint.Checkpoint(state=state, model=arrays(_model_state(model)),
+                                 optimizer=arrays(model.optimizer.variables), best=best_weights)
 
 
 def evaluate(config: Config, splits: data.Splits, print_fn: Printer = print) -> dict[str, Any]:
@@ -208,7 +249,7 @@ def summary_table(results: dict[str, Any], config: Config) -> str:
         "",
         f"Run {results['run_dir']}: {results['epochs_run']} epochs ({how}); best validation "
         f"{results['select_metric']} at epoch {results['best_epoch']}",
-        f"loss {config.loss.name} {config.loss.params or ''} | model {config.model.preset} | "
+        f"loss {_describe_loss(config)} | model {config.model.preset} | "
         f"{config.optimizer.name} lr {config.optimizer.learning_rate} | batch "
         f"{config.train.batch_size} lists | {results['strategy']} x{results['num_replicas']} | "
         f"{results['precision_policy']}",
@@ -218,6 +259,11 @@ def summary_table(results: dict[str, Any], config: Config) -> str:
         lines.append(f"Exported {results['export_path']}")
     lines.append(f"Wall time {results['wall_seconds']:.1f} s")
     return "\n".join(lines)
+
+
+def _describe_loss(config: Config) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in config.loss.params.items())
+    return f"{config.loss.name}({params})"
 
 
 def metrics_table(results: dict[str, Any]) -> str:
@@ -259,6 +305,8 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
                 jit_compile=config.runtime.jit,
             )
             model.optimizer.build(model.trainable_variables)
+            if dist.distributed:
+                _build_compiled_state(model, num_features)
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float32")
     try:
@@ -270,6 +318,33 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
     finally:
         keras.config.set_dtype_policy(previous)
     return Built(model=model, eval_model=eval_model, eval_metrics=eval_names)
+
+
+def _steps_per_epoch(num_lists: int, batch_size: int, dist: distribute.Distribution) -> int:
+    """Returns the steps of one pass over the training lists.
+
+    Distributed, every replica must take the same number of steps, so the last, partial global
+    batch is dropped; otherwise it is kept.
+    """
+    if dist.distributed:
+        return max(num_lists // batch_size, 1)
+    return max(math.ceil(num_lists / batch_size), 1)
+
+
+def _build_compiled_state(model: keras.Model, num_features: int) -> None:
+    """Builds the compiled loss and metrics from a plain batch, and skips Keras's per-fit build.
+
+    Under a distribution strategy Keras 3's `fit` first all-reduces an input batch to build the
+    model symbolically; that reduce fails for dict inputs under MultiWorkerMirroredStrategy
+    (keras-team/keras#20329) and would average a boolean mask. Everything it would build is built
+    here, in the strategy's scope, so the per-fit step has nothing left to do.
+    """
+    sample = (
+        {"features": tf.zeros([1, 2, num_features]), "mask": tf.ones([1, 2], tf.bool)},
+        tf.zeros([1, 2]),
+    )
+    model._symbolic_build(data_batch=sample)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
 
 
 def _optimizer(config: Config) -> keras.optimizers.Optimizer:

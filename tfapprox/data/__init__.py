@@ -1,1 +1,35 @@
-"""Ranking data: LETOR/SVMlight text, TFRecord lists (ELWC), and the tf.data pipeline."""
+"""Ranking data: LETOR/SVMlight text, TFRecord lists (ELWC), and the tf.data pipeline.
+
+Text -> records -> dataset: :func:`read_queries` streams LETOR text query by query, :func:`convert`
+writes sharded TFRecords plus ``spec.json`` (also ``python -m tfapprox.data convert``),
+:func:`ranking_dataset` yields padded batches ``({"features", "mask"}, labels)`` from those records or
+straight from text, and :func:`parse_elwc` is the graph-only parser shared with serving.
+"""
+
+from tfapprox.data.converter import RecordError, check_records, convert, convert_tree, read_spec
+from tfapprox.data.dataset import DatasetInfo, describe, ranking_dataset
+from tfapprox.data.letor import LetorFormatError, Query, find_folds, find_split_files, read_queries
+from tfapprox.data.records import encode_elwc, encode_examples, parse_elwc, parse_examples
+from tfapprox.data.synthetic import write_letor, write_splits
+
+__all__ = [
+    "DatasetInfo",
+    "LetorFormatError",
+    "Query",
+    "RecordError",
+    "check_records",
+    "convert",
+    "convert_tree",
+    "describe",
+    "encode_elwc",
+    "encode_examples",
+    "find_folds",
+    "find_split_files",
+    "parse_elwc",
+    "parse_examples",
+    "ranking_dataset",
+    "read_queries",
+    "read_spec",
+    "write_letor",
+    "write_splits",
+]

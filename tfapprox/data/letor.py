@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import io
 import math
+import multiprocessing
 import os
 import re
 from collections import deque
@@ -29,7 +30,8 @@ from typing import Iterable, Iterator, NamedTuple
 import numpy as np
 
 BLOCK_LINES = 512
-_CHUNK_BYTES = 1 << 22
+_CHUNK_BYTES = 1 << 20
+_PARALLEL_BYTES = 64 << 20
 _NUMBER_CHARS = b"0123456789.+-eE"
 _SPLIT_FILES = {
     "train": ("train.txt", "trainingset.txt"),
@@ -40,6 +42,14 @@ _SPLIT_FILES = {
 
 class LetorFormatError(ValueError):
     """Malformed LETOR/SVMlight input; the message names the file, the line and the offending token."""
+
+
+class FeatureIndexError(LetorFormatError):
+    """A feature index above ``num_features``."""
+
+
+class QueryOrderError(LetorFormatError):
+    """With ``assume_contiguous``: a query id whose lines come back after another query's."""
 
 
 class Query(NamedTuple):
@@ -65,7 +75,8 @@ def open_text(path: PathLike):
     return open(path, "rb")
 
 
-def _as_paths(paths: PathLike | Iterable[PathLike]) -> list[Path]:
+def as_paths(paths: PathLike | Iterable[PathLike]) -> list[Path]:
+    """Returns ``paths`` (one or several) as a list of existing files; raises FileNotFoundError."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     result = [Path(p) for p in paths]
@@ -118,25 +129,27 @@ def find_folds(root: PathLike) -> dict[str, dict[str, Path]]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Lines -> blocks
+# Chunks of lines -> parsed blocks (optionally in worker processes)
 # --------------------------------------------------------------------------------------------------
-def _iter_lines(path: Path) -> Iterator[list[bytes]]:
-    """Yields lists of raw lines (without ``\\n``) read in large chunks."""
+def _iter_chunks(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Yields ``(number of the chunk's first line, bytes of whole lines)`` read in large pieces."""
+    lineno = 1
     with open_text(path) as handle:
         rest = b""
         while True:
-            chunk = handle.read(_CHUNK_BYTES)
-            if not chunk:
+            data = handle.read(_CHUNK_BYTES)
+            if not data:
                 break
-            chunk = rest + chunk
-            cut = chunk.rfind(b"\n")
+            data = rest + data
+            cut = data.rfind(b"\n")
             if cut < 0:
-                rest = chunk
+                rest = data
                 continue
-            rest = chunk[cut + 1:]
-            yield chunk[:cut].split(b"\n")
+            rest = data[cut + 1:]
+            yield lineno, data[:cut]
+            lineno += data.count(b"\n", 0, cut) + 1
         if rest:
-            yield [rest]
+            yield lineno, rest
 
 
 def _show(token: bytes) -> str:
@@ -148,61 +161,83 @@ class _Block(NamedTuple):
 
     qids: list[bytes]
     labels: np.ndarray  # [n] float32
-    linenos: list[int]
-    bodies: list[bytes]  # feature text of each line, kept for exact error messages
-    features: np.ndarray | None  # [n, F0] float32 when every line is dense 1..F0
-    counts: np.ndarray | None  # [n] number of (index, value) pairs per line, when sparse
-    indices: np.ndarray | None  # [P] int64, 1-based
-    values: np.ndarray | None  # [P] float32
-
-    @property
-    def max_index(self) -> int:
-        if self.features is not None:
-            return self.features.shape[1]
-        return int(self.indices.max()) if self.indices.size else 0
+    linenos: np.ndarray  # [n] line number of each document
+    features: np.ndarray | None  # [n, num_features] float32; None when parsed without num_features
+    max_index: int  # largest feature index in the block (0 if none)
 
 
-def _iter_blocks(path: Path) -> Iterator[_Block]:
-    """Yields parsed blocks of ``path``; raises LetorFormatError naming file, line and token."""
+def _parse_chunk(path: Path, first_lineno: int, data: bytes, num_features: int | None) -> list[_Block]:
+    """Parses whole lines into blocks; raises LetorFormatError naming file, line and token.
+
+    Module-level (picklable) so that worker processes can run it.
+    """
+    blocks = []
     qids: list[bytes] = []
     labels: list[float] = []
     linenos: list[int] = []
     bodies: list[bytes] = []
-    lineno = 0
-    for lines in _iter_lines(path):
-        for raw in lines:
-            lineno += 1
-            hash_at = raw.find(b"#")
-            if hash_at >= 0:
-                raw = raw[:hash_at]
-            parts = raw.split(None, 2)
-            if not parts:
-                continue
-            if len(parts) < 2:
-                raise LetorFormatError(
-                    f"{path}:{lineno}: expected 'LABEL qid:ID INDEX:VALUE ...', got only {_show(parts[0])}"
-                )
-            try:
-                label = float(parts[0])
-            except ValueError:
-                raise LetorFormatError(f"{path}:{lineno}: non-numeric label {_show(parts[0])}") from None
-            if not (label >= 0.0 and math.isfinite(label)):
-                raise LetorFormatError(
-                    f"{path}:{lineno}: label {_show(parts[0])} is not a finite number >= 0 "
-                    "(-1 is reserved for padding)"
-                )
-            qid = parts[1]
-            if qid[:4] != b"qid:" or len(qid) == 4:
-                raise LetorFormatError(f"{path}:{lineno}: expected 'qid:ID' as second token, got {_show(qid)}")
-            qids.append(qid[4:])
-            labels.append(label)
-            linenos.append(lineno)
-            bodies.append(parts[2].rstrip() if len(parts) == 3 else b"")
-            if len(qids) == BLOCK_LINES:
-                yield _parse_block(path, qids, labels, linenos, bodies)
-                qids, labels, linenos, bodies = [], [], [], []
+    for lineno, raw in enumerate(data.split(b"\n"), first_lineno):
+        hash_at = raw.find(b"#")
+        if hash_at >= 0:
+            raw = raw[:hash_at]
+        parts = raw.split(None, 2)
+        if not parts:
+            continue
+        if len(parts) < 2:
+            raise LetorFormatError(
+                f"{path}:{lineno}: expected 'LABEL qid:ID INDEX:VALUE ...', got only {_show(parts[0])}"
+            )
+        try:
+            label = float(parts[0])
+        except ValueError:
+            raise LetorFormatError(f"{path}:{lineno}: non-numeric label {_show(parts[0])}") from None
+        if not (label >= 0.0 and math.isfinite(label)):
+            raise LetorFormatError(
+                f"{path}:{lineno}: label {_show(parts[0])} is not a finite number >= 0 "
+                "(-1 is reserved for padding)"
+            )
+        qid = parts[1]
+        if qid[:4] != b"qid:" or len(qid) == 4:
+            raise LetorFormatError(f"{path}:{lineno}: expected 'qid:ID' as second token, got {_show(qid)}")
+        qids.append(qid[4:])
+        labels.append(label)
+        linenos.append(lineno)
+        bodies.append(parts[2].rstrip() if len(parts) == 3 else b"")
+        if len(qids) == BLOCK_LINES:
+            blocks.append(_parse_block(path, qids, labels, linenos, bodies, num_features))
+            qids, labels, linenos, bodies = [], [], [], []
     if qids:
-        yield _parse_block(path, qids, labels, linenos, bodies)
+        blocks.append(_parse_block(path, qids, labels, linenos, bodies, num_features))
+    return blocks
+
+
+def _iter_blocks(path: Path, num_features: int | None, workers: int = 1) -> Iterator[_Block]:
+    """Yields the parsed blocks of ``path`` in file order, using ``workers`` processes if > 1."""
+    if workers <= 1:
+        for lineno, data in _iter_chunks(path):
+            yield from _parse_chunk(path, lineno, data, num_features)
+        return
+    # Forked workers run only numpy code; at most 2 * workers chunks are in flight (bounded memory).
+    pool = multiprocessing.get_context("fork").Pool(workers)
+    try:
+        in_flight: deque = deque()
+        for lineno, data in _iter_chunks(path):
+            in_flight.append(pool.apply_async(_parse_chunk, (path, lineno, data, num_features)))
+            if len(in_flight) >= 2 * workers:
+                yield from in_flight.popleft().get()
+        while in_flight:
+            yield from in_flight.popleft().get()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def default_workers(paths: list[Path]) -> int:
+    """Processes used to parse ``paths``: 1 for small inputs, else up to 4 (at most the CPU count)."""
+    total = sum(p.stat().st_size for p in paths)
+    if total < _PARALLEL_BYTES or not hasattr(os, "fork"):
+        return 1
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 _SKELETONS: dict[int, bytes] = {}
@@ -215,16 +250,31 @@ def _dense_skeleton(num_pairs: int) -> bytes:
     return _SKELETONS[num_pairs]
 
 
-def _parse_block(path, qids, labels, linenos, bodies) -> _Block:
+def _parse_block(path, qids, labels, linenos, bodies, num_features) -> _Block:
     labels_array = np.asarray(labels, dtype=np.float32)
-    features = _parse_dense(bodies)
-    if features is not None:
-        return _Block(qids, labels_array, linenos, bodies, features, None, None, None)
-    parsed = _parse_sparse(bodies)
-    if parsed is None:
-        parsed = _parse_slowly(path, linenos, bodies)
-    counts, indices, values = parsed
-    return _Block(qids, labels_array, linenos, bodies, None, counts, indices, values)
+    linenos_array = np.asarray(linenos, dtype=np.int64)
+    dense = _parse_dense(bodies)
+    if dense is not None:
+        max_index = dense.shape[1]
+    else:
+        parsed = _parse_sparse(bodies)
+        if parsed is None:
+            parsed = _parse_slowly(path, linenos, bodies)
+        counts, indices, values = parsed
+        max_index = int(indices.max()) if indices.size else 0
+    if num_features is None:
+        return _Block(qids, labels_array, linenos_array, None, max_index)
+    if max_index > num_features:
+        _parse_slowly(path, linenos, bodies, num_features)  # names the first offending line and token
+    if dense is not None and dense.shape[1] == num_features:
+        features = dense
+    else:
+        features = np.zeros((len(qids), num_features), dtype=np.float32)
+        if dense is not None:
+            features[:, : dense.shape[1]] = dense
+        else:
+            features[np.repeat(np.arange(len(qids)), counts), indices - 1] = values
+    return _Block(qids, labels_array, linenos_array, features, max_index)
 
 
 def _parse_dense(bodies: list[bytes]) -> np.ndarray | None:
@@ -332,7 +382,7 @@ def _parse_slowly(path, linenos, bodies, num_features=None):
                 )
             index = int(index_text)
             if num_features is not None and index > num_features:
-                raise LetorFormatError(
+                raise FeatureIndexError(
                     f"{where}: feature index {index} is above num_features={num_features} "
                     f"in token {_show(token)}"
                 )
@@ -355,26 +405,19 @@ def _parse_slowly(path, linenos, bodies, num_features=None):
     )
 
 
-def _block_features(path: Path, block: _Block, num_features: int) -> np.ndarray:
-    """Returns the block's features as ``[n, num_features]`` float32; errors name an index above F."""
-    if block.max_index > num_features:
-        # Re-read token by token to name the first offending line and token.
-        _parse_slowly(path, block.linenos, block.bodies, num_features)
-    if block.features is not None:
-        if block.features.shape[1] == num_features:
-            return block.features
-        out = np.zeros((len(block.qids), num_features), dtype=np.float32)
-        out[:, : block.features.shape[1]] = block.features
-        return out
-    out = np.zeros((len(block.qids), num_features), dtype=np.float32)
-    doc = np.repeat(np.arange(len(block.qids)), block.counts)
-    out[doc, block.indices - 1] = block.values
-    return out
-
-
 # --------------------------------------------------------------------------------------------------
 # Queries
 # --------------------------------------------------------------------------------------------------
+def peek_num_features(paths: PathLike | Iterable[PathLike]) -> int:
+    """Returns the largest feature index in the first chunk (about 1 MB) of each file: a guess of F."""
+    largest = 0
+    for path in as_paths(paths):
+        for lineno, data in _iter_chunks(path):
+            largest = max([largest] + [b.max_index for b in _parse_chunk(path, lineno, data, None)])
+            break
+    return max(largest, 1)
+
+
 class Scan(NamedTuple):
     """What a pre-pass learned: documents per query id (first-appearance order) and the feature count."""
 
@@ -383,26 +426,28 @@ class Scan(NamedTuple):
     num_docs: int
 
 
-def scan(paths: PathLike | Iterable[PathLike], *, with_features: bool = False) -> Scan:
+def scan(paths: PathLike | Iterable[PathLike], *, with_features: bool = False, workers: int | None = None) -> Scan:
     """Returns the query ids with their document counts (and the largest feature index, if asked).
 
     Without ``with_features`` only the first two tokens of each line are looked at (fast); with it
     every line is parsed. Raises LetorFormatError for an empty file or a malformed line.
     """
+    paths = as_paths(paths)
+    workers = default_workers(paths) if workers is None else workers
     counts: dict[bytes, int] = {}
     max_index = 0
     num_docs = 0
-    for path in _as_paths(paths):
+    for path in paths:
         file_docs = 0
         if with_features:
-            for block in _iter_blocks(path):
+            for block in _iter_blocks(path, None, workers):
                 max_index = max(max_index, block.max_index)
                 for qid in block.qids:
                     counts[qid] = counts.get(qid, 0) + 1
                 file_docs += len(block.qids)
         else:
-            for lines in _iter_lines(path):
-                for raw in lines:
+            for _, data in _iter_chunks(path):
+                for raw in data.split(b"\n"):
                     hash_at = raw.find(b"#")
                     parts = (raw[:hash_at] if hash_at >= 0 else raw).split(None, 2)
                     if len(parts) >= 2 and parts[1][:4] == b"qid:":
@@ -422,6 +467,8 @@ def read_queries(
     num_features: int | None = None,
     *,
     assume_contiguous: bool = False,
+    workers: int | None = None,
+    plan: Scan | None = None,
 ) -> Iterator[Query]:
     """Yields one :class:`Query` per query id, in order of first appearance across ``paths``.
 
@@ -429,26 +476,31 @@ def read_queries(
       paths: one LETOR/SVMlight file or several (plain or gzip); a query id shared by several files
         is one query.
       num_features: F; features come back as ``[n, F]``. An index above F raises LetorFormatError.
-        ``None`` reads the files once more up front to find the largest index.
+        ``None`` parses the files once more up front to find the largest index.
       assume_contiguous: skip the pre-pass over query ids (one read instead of two) and hand a query
         out when its run of lines ends; a query id that comes back later then raises an error.
+      workers: processes that parse text (forked; they run numpy only). ``None``: 1 for inputs under
+        64 MB, else up to 4.
+      plan: the result of :func:`scan` on the same ``paths``, if the caller already has it.
 
     Raises:
       LetorFormatError: a malformed line (message: ``file:line: problem ... token``), an empty file,
         or (with ``assume_contiguous``) a query whose lines are not contiguous.
     """
-    paths = _as_paths(paths)
+    paths = as_paths(paths)
     if num_features is not None and (not isinstance(num_features, (int, np.integer)) or num_features < 1):
         raise ValueError(f"num_features must be a positive integer or None; got {num_features!r}")
-    plan = None
-    if num_features is None or not assume_contiguous:
-        plan = scan(paths, with_features=num_features is None)
-        if num_features is None:
-            num_features = max(plan.num_features, 1)
+    workers = default_workers(paths) if workers is None else workers
+    if num_features is None and (plan is None or plan.num_features is None):
+        plan = scan(paths, with_features=True, workers=workers)
+    elif plan is None and not assume_contiguous:
+        plan = scan(paths, workers=workers)
+    if num_features is None:
+        num_features = max(plan.num_features, 1)
     if plan is None:
-        yield from _read_contiguous(paths, num_features)
+        yield from _read_contiguous(paths, num_features, workers)
     else:
-        yield from _read_planned(paths, num_features, plan)
+        yield from _read_planned(paths, num_features, plan, workers)
 
 
 def _make_query(qid: bytes, pieces: list) -> Query:
@@ -470,20 +522,19 @@ def _runs(qids: list[bytes]) -> Iterator[tuple[bytes, int, int]]:
             start = i
 
 
-def _read_planned(paths: list[Path], num_features: int, plan: Scan) -> Iterator[Query]:
+def _read_planned(paths: list[Path], num_features: int, plan: Scan, workers: int) -> Iterator[Query]:
     remaining = dict(plan.docs_per_query)
     order = deque(plan.docs_per_query)
     pending: dict[bytes, list] = {}
     for path in paths:
-        for block in _iter_blocks(path):
-            features = _block_features(path, block, num_features)
+        for block in _iter_blocks(path, num_features, workers):
             for qid, start, stop in _runs(block.qids):
                 if qid not in remaining:
                     raise LetorFormatError(
                         f"{path}:{block.linenos[start]}: query id {qid.decode(errors='replace')!r} "
                         "was not seen by the pre-pass (did the file change while being read?)"
                     )
-                pending.setdefault(qid, []).append((block.labels[start:stop], features[start:stop]))
+                pending.setdefault(qid, []).append((block.labels[start:stop], block.features[start:stop]))
                 remaining[qid] -= stop - start
             while order and remaining[order[0]] == 0:
                 qid = order.popleft()
@@ -495,15 +546,14 @@ def _read_planned(paths: list[Path], num_features: int, plan: Scan) -> Iterator[
         )
 
 
-def _read_contiguous(paths: list[Path], num_features: int) -> Iterator[Query]:
+def _read_contiguous(paths: list[Path], num_features: int, workers: int) -> Iterator[Query]:
     done: dict[bytes, str] = {}
     current: bytes | None = None
     pieces: list = []
     where = ""
     for path in paths:
         file_docs = 0
-        for block in _iter_blocks(path):
-            features = _block_features(path, block, num_features)
+        for block in _iter_blocks(path, num_features, workers):
             file_docs += len(block.qids)
             for qid, start, stop in _runs(block.qids):
                 if qid != current:
@@ -511,14 +561,14 @@ def _read_contiguous(paths: list[Path], num_features: int) -> Iterator[Query]:
                         done[current] = where
                         yield _make_query(current, pieces)
                     if qid in done:
-                        raise LetorFormatError(
+                        raise QueryOrderError(
                             f"{path}:{block.linenos[start]}: query id {qid.decode(errors='replace')!r} "
                             f"appears again after its lines ended ({done[qid]}); read without "
                             "assume_contiguous to group non-contiguous queries"
                         )
                     current, pieces = qid, []
                     where = f"{path}:{block.linenos[start]}"
-                pieces.append((block.labels[start:stop], features[start:stop]))
+                pieces.append((block.labels[start:stop], block.features[start:stop]))
         if file_docs == 0:
             raise LetorFormatError(f"{path}: no documents (the file is empty or has only comments)")
     if current is not None:

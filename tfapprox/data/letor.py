@@ -108,7 +108,9 @@ def find_split_files(directory: PathLike) -> dict[str, Path]:
 
 
 def find_folds(root: PathLike) -> dict[str, dict[str, Path]]:
-    """Returns ``{"Fold1": {"train": ..., "vali": ..., "test": ...}, ...}`` under ``root``, by fold number.
+    """Returns ``{"Fold1": {"train": path, "vali": path, "test": path}, ...}`` under ``root``.
+
+    Folds come in order of their number (Fold2 before Fold10).
 
     Raises ``FileNotFoundError`` if ``root`` has no ``Fold<N>`` directory with all three split files.
     """
@@ -121,7 +123,9 @@ def find_folds(root: PathLike) -> dict[str, dict[str, Path]]:
             splits = find_split_files(child)
             missing = sorted(set(_SPLIT_FILES) - set(splits))
             if missing:
-                raise FileNotFoundError(f"{child}: no {'/'.join(missing)} file (looked for {_SPLIT_FILES})")
+                raise FileNotFoundError(
+                    f"{child}: no {'/'.join(missing)} file (looked for {_SPLIT_FILES})"
+                )
             folds[child.name] = (int(match.group(1)), splits)
     if not folds:
         raise FileNotFoundError(f"{root}: no Fold<N>/ directories with train/vali/test files")
@@ -198,7 +202,9 @@ def _parse_chunk(path: Path, first_lineno: int, data: bytes, num_features: int |
             )
         qid = parts[1]
         if qid[:4] != b"qid:" or len(qid) == 4:
-            raise LetorFormatError(f"{path}:{lineno}: expected 'qid:ID' as second token, got {_show(qid)}")
+            raise LetorFormatError(
+                f"{path}:{lineno}: expected 'qid:ID' as second token, got {_show(qid)}"
+            )
         qids.append(qid[4:])
         labels.append(label)
         linenos.append(lineno)
@@ -298,7 +304,7 @@ def _parse_dense(bodies: list[bytes]) -> np.ndarray | None:
         return None
     if numbers.shape != (len(bodies), 2 * num_pairs):
         return None
-    if not np.array_equal(numbers[:, 0::2], np.broadcast_to(np.arange(1, num_pairs + 1), (len(bodies), num_pairs))):
+    if not (numbers[:, 0::2] == np.arange(1, num_pairs + 1)).all():
         return None
     features = numbers[:, 1::2].astype(np.float32)
     if not np.isfinite(features).all():
@@ -389,11 +395,15 @@ def _parse_slowly(path, linenos, bodies, num_features=None):
             try:
                 value = float(value_text)
             except ValueError:
-                raise LetorFormatError(f"{where}: non-numeric feature value in token {_show(token)}") from None
+                raise LetorFormatError(
+                    f"{where}: non-numeric feature value in token {_show(token)}"
+                ) from None
             if not math.isfinite(value):
                 raise LetorFormatError(f"{where}: non-finite feature value in token {_show(token)}")
             if index in seen:
-                raise LetorFormatError(f"{where}: feature index {index} repeated in token {_show(token)}")
+                raise LetorFormatError(
+                    f"{where}: feature index {index} repeated in token {_show(token)}"
+                )
             seen.add(index)
             indices.append(index)
             values.append(value)
@@ -426,7 +436,9 @@ class Scan(NamedTuple):
     num_docs: int
 
 
-def scan(paths: PathLike | Iterable[PathLike], *, with_features: bool = False, workers: int | None = None) -> Scan:
+def scan(
+    paths: PathLike | Iterable[PathLike], *, with_features: bool = False, workers: int | None = None
+) -> Scan:
     """Returns the query ids with their document counts (and the largest feature index, if asked).
 
     Without ``with_features`` only the first two tokens of each line are looked at (fast); with it
@@ -488,7 +500,8 @@ def read_queries(
         or (with ``assume_contiguous``) a query whose lines are not contiguous.
     """
     paths = as_paths(paths)
-    if num_features is not None and (not isinstance(num_features, (int, np.integer)) or num_features < 1):
+    valid = isinstance(num_features, (int, np.integer)) and num_features >= 1
+    if num_features is not None and not valid:
         raise ValueError(f"num_features must be a positive integer or None; got {num_features!r}")
     workers = default_workers(paths) if workers is None else workers
     if num_features is None and (plan is None or plan.num_features is None):
@@ -534,7 +547,8 @@ def _read_planned(paths: list[Path], num_features: int, plan: Scan, workers: int
                         f"{path}:{block.linenos[start]}: query id {qid.decode(errors='replace')!r} "
                         "was not seen by the pre-pass (did the file change while being read?)"
                     )
-                pending.setdefault(qid, []).append((block.labels[start:stop], block.features[start:stop]))
+                piece = (block.labels[start:stop], block.features[start:stop])
+                pending.setdefault(qid, []).append(piece)
                 remaining[qid] -= stop - start
             while order and remaining[order[0]] == 0:
                 qid = order.popleft()

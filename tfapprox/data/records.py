@@ -175,7 +175,9 @@ def _cached_layout(kind: str, num_features: int, with_label: bool) -> _FixedLayo
 def _check_list(features, labels) -> tuple[np.ndarray, np.ndarray | None]:
     features = np.asarray(features, dtype=np.float32)
     if features.ndim != 2:
-        raise ValueError(f"features must be a [num_docs, num_features] array; got shape {features.shape}")
+        raise ValueError(
+            f"features must be a [num_docs, num_features] array; got shape {features.shape}"
+        )
     if labels is not None:
         labels = np.asarray(labels, dtype=np.float32).reshape(-1)
         if labels.shape[0] != features.shape[0]:
@@ -222,7 +224,7 @@ def encode_elwc(features, labels=None, qid=None) -> bytes:
 
 
 def encode_sequence_example(features, labels, qid=None) -> bytes:
-    """Returns one serialized ``tf.train.SequenceExample`` for a list (the ``"sequence_example"`` format)."""
+    """Returns one serialized ``tf.train.SequenceExample`` for a list (``"sequence_example"``)."""
     features, labels = _check_list(features, labels)
     n, num_features = features.shape
     rows = _cached_layout("seq_features", num_features, True).encode(features).tobytes() if n else b""
@@ -267,6 +269,28 @@ def decode_elwc(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return examples, sizes[:, 0]
 
 
+def _parse_documents(serialized, num_features, layout, label_dtype, with_labels, missing_features):
+    """``tf.io.parse_example`` of document Examples; a missing vector ``"features"`` reads as
+    ``missing_features`` (None: an error)."""
+    spec = {}
+    if layout == "vector":
+        default = None if missing_features is None else [missing_features] * num_features
+        spec[FEATURES_KEY] = tf.io.FixedLenFeature([num_features], tf.float32, default_value=default)
+    else:
+        for i in range(1, num_features + 1):
+            spec[str(i)] = tf.io.FixedLenFeature([], tf.float32, default_value=0.0)
+    if with_labels:
+        default = PAD_LABEL if label_dtype == tf.float32 else int(PAD_LABEL)
+        spec[LABEL_KEY] = tf.io.FixedLenFeature([], label_dtype, default_value=default)
+    parsed = tf.io.parse_example(serialized, spec)
+    if layout == "vector":
+        features = parsed[FEATURES_KEY]
+    else:
+        features = tf.stack([parsed[str(i)] for i in range(1, num_features + 1)], axis=-1)
+    labels = tf.cast(parsed[LABEL_KEY], tf.float32) if with_labels else None
+    return features, labels
+
+
 def parse_examples(
     serialized: tf.Tensor,
     num_features: int,
@@ -284,35 +308,8 @@ def parse_examples(
     """
     _check_parse_args(num_features, layout)
     serialized = tf.convert_to_tensor(serialized, dtype=tf.string)
-    spec = {}
-    if layout == "vector":
-        spec[FEATURES_KEY] = tf.io.FixedLenFeature([num_features], tf.float32)
-    else:
-        for i in range(1, num_features + 1):
-            spec[str(i)] = tf.io.FixedLenFeature([], tf.float32, default_value=0.0)
-    if with_labels:
-        default = PAD_LABEL if label_dtype == tf.float32 else int(PAD_LABEL)
-        spec[LABEL_KEY] = tf.io.FixedLenFeature([], label_dtype, default_value=default)
-    parsed = tf.io.parse_example(serialized, spec)
-    if layout == "vector":
-        features = parsed[FEATURES_KEY]
-    else:
-        features = tf.stack([parsed[str(i)] for i in range(1, num_features + 1)], axis=1)
-    if not with_labels:
-        return features
-    return features, tf.cast(parsed[LABEL_KEY], tf.float32)
-
-
-def _to_dense_lists(features, labels, lengths, list_size):
-    """Scatters flat per-document tensors [N, ...] into padded [B, L, ...] by row lengths."""
-    ragged_features = tf.RaggedTensor.from_row_lengths(features, tf.cast(lengths, tf.int64))
-    ragged_labels = tf.RaggedTensor.from_row_lengths(labels, tf.cast(lengths, tf.int64))
-    batch = tf.shape(lengths, out_type=tf.int64)[0]
-    num_features = features.shape[-1]
-    dense_features = ragged_features.to_tensor(0.0, shape=[batch, list_size, num_features])
-    dense_labels = ragged_labels.to_tensor(PAD_LABEL, shape=[batch, list_size])
-    mask = tf.sequence_mask(lengths, maxlen=list_size)
-    return dense_features, mask, dense_labels
+    features, labels = _parse_documents(serialized, num_features, layout, label_dtype, with_labels, None)
+    return (features, labels) if with_labels else features
 
 
 def parse_example_lists(
@@ -325,17 +322,28 @@ def parse_example_lists(
 ):
     """Returns ``(features [B, L, F], mask [B, L], labels [B, L])`` from ``examples [B, L]`` strings.
 
-    ``examples[b, :lengths[b]]`` are serialized document Examples (as from :func:`decode_elwc`); only
-    those are parsed. Padded slots get features 0, mask False and label -1. Graph-only.
+    ``examples[b, :lengths[b]]`` are serialized document Examples (as from :func:`decode_elwc`).
+    Padded slots get features 0, mask False and label -1; a real document without a vector
+    ``"features"`` raises ``InvalidArgumentError``. Graph-only.
     """
     examples = tf.convert_to_tensor(examples, dtype=tf.string)
-    lengths = tf.cast(lengths, tf.int32)
-    list_size = tf.shape(examples)[1]
-    flat = tf.boolean_mask(examples, tf.sequence_mask(lengths, maxlen=list_size))
-    features, labels = parse_examples(
-        flat, num_features, layout=layout, label_dtype=label_dtype, with_labels=True
+    shape = tf.shape(examples)
+    # Parsing the [B * L] grid, padding ("") included, and reshaping is cheaper than gathering the
+    # real documents and scattering them back. Padding reads the NaN default, replaced below.
+    features, labels = _parse_documents(
+        tf.reshape(examples, [-1]), num_features, layout, label_dtype, True, float("nan")
     )
-    return _to_dense_lists(features, labels, lengths, tf.cast(list_size, tf.int64))
+    features = tf.reshape(features, [shape[0], shape[1], num_features])
+    labels = tf.reshape(labels, shape)
+    mask = tf.sequence_mask(lengths, maxlen=shape[1])
+    checks = []
+    if layout == "vector":
+        missing = tf.reduce_any(tf.math.is_nan(features[:, :, 0]) & mask)
+        message = f"a document Example has no {FEATURES_KEY!r} feature (or its first value is NaN)"
+        checks.append(tf.debugging.Assert(tf.logical_not(missing), [message]))
+    with tf.control_dependencies(checks):
+        features = tf.where(mask[:, :, None], features, 0.0)
+    return features, mask, tf.where(mask, labels, PAD_LABEL)
 
 
 def parse_elwc(
@@ -358,7 +366,7 @@ def parse_elwc(
 
 
 def parse_sequence_examples(serialized: tf.Tensor, num_features: int):
-    """Returns ``(features [B, L, F], mask [B, L], labels [B, L])`` from SequenceExample lists ``[B]``."""
+    """Returns ``(features [B, L, F], mask [B, L], labels [B, L])`` from SequenceExamples ``[B]``."""
     _check_parse_args(num_features, "vector")
     serialized = tf.convert_to_tensor(serialized, dtype=tf.string)
     _, sequences, lengths = tf.io.parse_sequence_example(

@@ -1,0 +1,408 @@
+"""Converter, spec, tf.data pipeline and generated data: round trips, padding, truncation, sharding."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfapprox.data import converter, dataset, letor, records, synthetic
+from tfapprox.data.__main__ import main as cli
+from tfapprox.data.converter import RecordError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+requires_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"LETOR data not found at {SHARED_DATA}")
+
+
+def lists_of(ds):
+    """Returns [(labels [n], features [n, F])] of every list in ``ds``, padding stripped."""
+    found = []
+    for inputs, labels in ds:
+        features, mask, labels = inputs["features"].numpy(), inputs["mask"].numpy(), labels.numpy()
+        assert features.dtype == np.float32 and mask.dtype == bool and labels.dtype == np.float32
+        for f, m, y in zip(features, mask, labels):
+            n = int(m.sum())
+            assert m[:n].all() and not m[n:].any(), "real documents come first"
+            np.testing.assert_array_equal(y[n:], -1.0)
+            np.testing.assert_array_equal(f[n:], 0.0)
+            found.append((y[:n], f[:n]))
+    return found
+
+
+def assert_lists_equal(got, queries):
+    assert len(got) == len(queries)
+    for (labels, features), query in zip(got, queries):
+        np.testing.assert_array_equal(labels, query.labels, err_msg=query.qid)
+        np.testing.assert_array_equal(features, query.features, err_msg=query.qid)
+
+
+def signature(labels, features):
+    return labels.tobytes() + features.tobytes()
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Generated 60-query train/vali/test text, and its train split converted to 3 shards."""
+    root = tmp_path_factory.mktemp("small")
+    paths = synthetic.write_splits(root / "text", 100, 12, 6, seed=5)
+    spec = converter.convert(paths["train"], root / "records", num_shards=3)
+    return {"paths": paths, "records": root / "records", "spec": spec,
+            "queries": list(letor.read_queries(paths["train"], 6))}
+
+
+# --------------------------------------------------------------------------------------------------
+# Converter and spec
+# --------------------------------------------------------------------------------------------------
+def test_spec_counts_what_was_read_and_written(small):
+    spec, queries = small["spec"], small["queries"]
+    assert json.loads((small["records"] / "spec.json").read_text()) == spec
+    labels = np.concatenate([q.labels for q in queries])
+    assert spec["format"] == "elwc" and spec["example_layout"] == "vector" and spec["num_features"] == 6
+    assert spec["num_lists"] == len(queries) == 60
+    assert spec["num_docs"] == len(labels)
+    assert (spec["label_min"], spec["label_max"]) == (labels.min(), labels.max())
+    assert spec["label_counts"] == {str(int(v)): int(c) for v, c in zip(*np.unique(labels, return_counts=True))}
+    assert [s["num_lists"] for s in spec["shards"]] == [20, 20, 20]
+    assert sum(s["num_docs"] for s in spec["shards"]) == spec["num_docs"]
+    for shard in spec["shards"]:
+        assert (small["records"] / shard["file"]).stat().st_size == shard["bytes"]
+    assert converter.check_records(dataset.describe(small["records"]).files) == {
+        "num_lists": 60, "num_docs": spec["num_docs"], "num_features": 6}
+
+
+def test_cli_convert_check_and_overwrite(tmp_path, small, capsys):
+    train = str(small["paths"]["train"])
+    assert cli(["convert", train, "--output", str(tmp_path / "out"), "--shards", "2", "--num-features", "8"]) == 0
+    assert "60 lists" in capsys.readouterr().out
+    assert converter.read_spec(tmp_path / "out")["num_features"] == 8
+    assert cli(["convert", train, "--output", str(tmp_path / "out")]) == 2
+    assert "already holds part-00000-of-00002.tfrecord" in capsys.readouterr().err
+    assert cli(["convert", train, "--output", str(tmp_path / "out"), "--overwrite"]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["part-00000-of-00001.tfrecord", "spec.json"]
+    assert cli(["check", str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["num_lists"] == 60
+    assert cli(["convert", train, "--output", str(tmp_path / "o2"), "--num-features", "3", "--overwrite"]) == 2
+    assert "feature index 4 is above num_features=3" in capsys.readouterr().err
+
+
+def test_cli_converts_a_fold_tree(tmp_path, capsys):
+    for fold in (1, 2):
+        synthetic.write_splits(tmp_path / "text" / f"Fold{fold}", 9, 5, 4, seed=fold)
+    assert cli(["convert", str(tmp_path / "text"), "--output", str(tmp_path / "out")]) == 0
+    for fold in ("Fold1", "Fold2"):
+        for split, n in (("train", 5), ("vali", 2), ("test", 2)):
+            assert converter.read_spec(tmp_path / "out" / fold / split)["num_lists"] == n
+    assert cli(["synthetic", str(tmp_path / "gen"), "--queries", "10", "--docs", "4", "--features", "3"]) == 0
+    assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == ["test.txt", "train.txt", "vali.txt"]
+
+
+def test_python_dash_m_entry_point(tmp_path, small):
+    run = subprocess.run(
+        [sys.executable, "-m", "tfapprox.data", "convert", str(tmp_path / "missing.txt"), "--output",
+         str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "no such LETOR file" in run.stderr
+
+
+def test_non_contiguous_input_converts_grouped(tmp_path):
+    text = "1 qid:b 1:1\n0 qid:a 1:2\n2 qid:b 1:3\n0 qid:c 1:4\n1 qid:a 1:5\n"
+    (tmp_path / "in.txt").write_text(text)
+    spec = converter.convert(tmp_path / "in.txt", tmp_path / "out")
+    assert (spec["num_lists"], spec["num_docs"], spec["min_list_size"], spec["max_list_size"]) == (3, 5, 1, 2)
+    got = lists_of(dataset.ranking_dataset(tmp_path / "out", 8, shuffle=False))
+    assert [y.tolist() for y, _ in got] == [[1, 2], [0, 1], [0]]
+    assert [f[:, 0].tolist() for _, f in got] == [[1, 3], [2, 5], [4]]
+    with pytest.raises(letor.LetorFormatError, match=r"in\.txt:3: query id 'b' appears again"):
+        converter.convert(tmp_path / "in.txt", tmp_path / "strict", assume_contiguous=True)
+
+
+def test_sequence_example_format_reads_like_elwc(tmp_path, small):
+    converter.convert(small["paths"]["train"], tmp_path / "seq", record_format="sequence_example", num_shards=2)
+    assert dataset.describe(tmp_path / "seq").record_format == "sequence_example"
+    got = lists_of(dataset.ranking_dataset(tmp_path / "seq", 7, list_size=12, shuffle=False))
+    assert sorted(signature(*a) for a in got) == sorted(
+        signature(q.labels[:12], q.features[:12]) for q in small["queries"])
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad records
+# --------------------------------------------------------------------------------------------------
+def copy_records(src, dst):
+    dst.mkdir()
+    for path in src.iterdir():
+        (dst / path.name).write_bytes(path.read_bytes())
+    return dst
+
+
+def test_truncated_shard_is_named(tmp_path, small):
+    bad = copy_records(small["records"], tmp_path / "bad")
+    shard = bad / "part-00001-of-00003.tfrecord"
+    os.truncate(shard, shard.stat().st_size - 7)
+    with pytest.raises(RecordError, match=r"part-00001-of-00003\.tfrecord: \d+ bytes, but .*spec\.json records"):
+        dataset.ranking_dataset(bad, 4, verify=False)
+    (bad / "spec.json").unlink()  # without the spec: the CRC read names it
+    with pytest.raises(RecordError, match=r"part-00001-of-00003\.tfrecord: corrupt or truncated TFRecord file "
+                                          r"\(truncated record at \d+"):
+        dataset.ranking_dataset(bad, 4)
+    with pytest.raises(RecordError, match=r"part-00001-of-00003\.tfrecord: corrupt or truncated"):
+        converter.check_records(sorted(bad.glob("*.tfrecord")))
+
+
+def test_corrupt_shard_is_named(tmp_path, small):
+    bad = copy_records(small["records"], tmp_path / "bad")
+    shard = bad / "part-00002-of-00003.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(RecordError, match=r"part-00002-of-00003\.tfrecord: corrupt or truncated TFRecord file "
+                                          r"\(corrupted record at \d+\)"):
+        dataset.ranking_dataset(bad, 4)
+    data[5] ^= 0xFF  # the first record's length: already the format probe fails
+    shard.write_bytes(bytes(data))
+    with pytest.raises(RecordError, match=r"part-00002-of-00003\.tfrecord: corrupt or truncated"):
+        dataset.describe(bad)
+
+
+def test_shards_disagreeing_on_feature_count_are_named(tmp_path, small):
+    mixed = copy_records(small["records"], tmp_path / "mixed")
+    with tf.io.TFRecordWriter(str(mixed / "part-00009-of-00009.tfrecord")) as writer:
+        writer.write(records.encode_elwc(np.zeros((2, 5)), [0, 1]))
+    with pytest.raises(RecordError, match=r"part-00009-of-00009\.tfrecord: documents have 5 features, "
+                                          r"but .*spec\.json has 6; all shards must agree"):
+        dataset.ranking_dataset(mixed, 4)
+    (mixed / "spec.json").unlink()
+    with pytest.raises(RecordError, match=r"part-00009-of-00009\.tfrecord: documents have 5 features, "
+                                          r"but .*part-00000-of-00003\.tfrecord has 6"):
+        dataset.ranking_dataset(str(mixed / "*.tfrecord"), 4)
+    with pytest.raises(RecordError, match=r"part-00009-of-00009\.tfrecord: documents have 5 features, but 6"):
+        converter.check_records(sorted(mixed.glob("*.tfrecord")))
+
+
+def test_not_a_ranking_record_and_missing_files(tmp_path):
+    with tf.io.TFRecordWriter(str(tmp_path / "x.tfrecord")) as writer:
+        writer.write(b"\x08\x01")
+    with pytest.raises(RecordError, match=r"x\.tfrecord: first record is not a ranking list"):
+        dataset.describe(tmp_path / "x.tfrecord")
+    with pytest.raises(FileNotFoundError, match="no files match"):
+        dataset.ranking_dataset(str(tmp_path / "nothing-*.tfrecord"), 4)
+    with pytest.raises(ValueError, match="batch_size must be a positive integer; got 0"):
+        dataset.ranking_dataset(tmp_path / "x.tfrecord", 0)
+    with pytest.raises(ValueError, match="list_size must be None or a positive integer; got -3"):
+        dataset.ranking_dataset(tmp_path / "x.tfrecord", 2, list_size=-3)
+
+
+# --------------------------------------------------------------------------------------------------
+# The dataset
+# --------------------------------------------------------------------------------------------------
+def test_one_shard_round_trip_in_order(tmp_path, small):
+    converter.convert(small["paths"]["train"], tmp_path / "one")
+    got = lists_of(dataset.ranking_dataset(tmp_path / "one", 7, shuffle=False))
+    assert_lists_equal(got, small["queries"])
+
+
+def test_text_input_gives_the_same_batches(tmp_path, small):
+    converter.convert(small["paths"]["train"], tmp_path / "one")
+    from_text = dataset.ranking_dataset(small["paths"]["train"], 7, shuffle=False)
+    from_records = dataset.ranking_dataset(tmp_path / "one", 7, shuffle=False)
+    for (a, y), (b, z) in zip(from_text, from_records, strict=True):
+        for key in ("features", "mask"):
+            np.testing.assert_array_equal(a[key], b[key])
+        np.testing.assert_array_equal(y, z)
+
+
+def test_padding_to_the_longest_list_of_each_batch(small):
+    sizes = [len(q.labels) for q in small["queries"]]
+    ds = dataset.ranking_dataset(small["paths"]["train"], 8, shuffle=False)
+    for i, (inputs, labels) in enumerate(ds):
+        batch_sizes = sizes[8 * i: 8 * i + 8]
+        assert inputs["features"].shape == (len(batch_sizes), max(batch_sizes), 6)
+        assert labels.shape == inputs["mask"].shape == (len(batch_sizes), max(batch_sizes))
+        np.testing.assert_array_equal(inputs["mask"].numpy().sum(axis=1), batch_sizes)
+    assert ds.element_spec[0]["features"].shape.as_list() == [None, None, 6]
+
+
+def test_truncation_in_evaluation_keeps_heads(small):
+    ds = dataset.ranking_dataset(small["records"], 5, list_size=9, shuffle=False, cycle_length=1)
+    assert ds.element_spec[0]["features"].shape.as_list() == [None, 9, 6]
+    full = lists_of(dataset.ranking_dataset(small["records"], 5, shuffle=False, cycle_length=1))
+    for (labels, features), (all_labels, all_features) in zip(lists_of(ds), full, strict=True):
+        np.testing.assert_array_equal(labels, all_labels[:9])
+        np.testing.assert_array_equal(features, all_features[:9])
+
+
+def test_truncation_in_training_is_a_uniform_random_subset(tmp_path):
+    # One list of 40 documents (10 relevant) read many times, truncated to 8.
+    features = np.arange(40 * 3, dtype=np.float32).reshape(40, 3)
+    labels = (np.arange(40) % 4 == 0).astype(np.float32)
+    with tf.io.TFRecordWriter(str(tmp_path / "one.tfrecord")) as writer:
+        writer.write(records.encode_elwc(features, labels))
+    ds = dataset.ranking_dataset(tmp_path / "one.tfrecord", 1, list_size=8, seed=11, repeat=True)
+    kept_relevant, chosen = [], set()
+    for inputs, y in ds.take(400):
+        rows = inputs["features"].numpy()[0]
+        assert inputs["mask"].numpy().all()
+        docs = (rows[:, 0] / 3).astype(int)
+        assert (np.diff(docs) > 0).all(), "a subset, without repeats, in the original order"
+        np.testing.assert_array_equal(y.numpy()[0], labels[docs])
+        kept_relevant.append(y.numpy().sum())
+        chosen.update(docs.tolist())
+    assert chosen == set(range(40))
+    # Expected 8 * 10 / 40 = 2 relevant documents kept per draw: none preferred, none dropped.
+    assert abs(np.mean(kept_relevant) - 2.0) < 0.2
+
+
+def test_seed_makes_order_and_subsets_repeatable(small):
+    def run(seed):
+        ds = dataset.ranking_dataset(small["records"], 6, list_size=10, seed=seed, repeat=True)
+        return [b.numpy().tobytes() for (inputs, _) in ds.take(25) for b in [inputs["features"]]]
+
+    first = run(3)
+    assert first == run(3)
+    assert first != run(4)
+    epochs = [first[:10], first[10:20]]  # 60 lists / 6 = 10 batches an epoch: reshuffled each epoch
+    assert epochs[0] != epochs[1]
+
+
+def test_every_list_once_per_epoch_when_shuffled(small):
+    got = lists_of(dataset.ranking_dataset(small["records"], 7, seed=1))
+    assert sorted(signature(*x) for x in got) == sorted(signature(q.labels, q.features) for q in small["queries"])
+
+
+def test_shard_by_file_for_workers(small):
+    parts = [lists_of(dataset.ranking_dataset(small["records"], 4, num_shards=2, shard_index=i, seed=0))
+             for i in range(2)]
+    assert (len(parts[0]), len(parts[1])) == (40, 20)  # files 0 and 2, then file 1
+    together = sorted(signature(*x) for part in parts for x in part)
+    assert together == sorted(signature(q.labels, q.features) for q in small["queries"])
+    with pytest.raises(ValueError, match="cannot shard 3 files over num_shards=4 workers"):
+        dataset.ranking_dataset(small["records"], 4, num_shards=4, shard_index=0)
+    text = [lists_of(dataset.ranking_dataset(small["paths"]["train"], 4, num_shards=3, shard_index=i,
+                                             shuffle=False)) for i in range(3)]
+    assert [len(t) for t in text] == [20, 20, 20]
+
+
+def test_tfranking_per_feature_records_are_detected(tmp_path, rng):
+    features = [rng.random((n, 4), dtype=np.float32) for n in (3, 5)]
+    with tf.io.TFRecordWriter(str(tmp_path / "tfr.tfrecord")) as writer:
+        for f in features:
+            examples = []
+            for row in f:
+                feature = {str(j + 1): tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
+                           for j, v in enumerate(row)}
+                feature["relevance"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[2]))
+                examples.append(tf.train.Example(features=tf.train.Features(feature=feature)))
+            writer.write(b"".join(records._field(1, e.SerializeToString()) for e in examples))
+    info = dataset.describe(tmp_path / "tfr.tfrecord")
+    assert (info.record_format, info.layout, info.num_features, info.label_dtype) == ("elwc", "per_feature", 4,
+                                                                                      tf.int64)
+    got = lists_of(dataset.ranking_dataset(tmp_path / "tfr.tfrecord", 2, shuffle=False))
+    for (labels, f_got), f in zip(got, features):
+        np.testing.assert_array_equal(f_got, f)
+        np.testing.assert_array_equal(labels, 2.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Real data (../shared/data)
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real_folds(tmp_path_factory):
+    root = tmp_path_factory.mktemp("letor")
+    for name in ("MQ2008", "OHSUMED"):
+        subprocess.run([str(SHARED_DATA / "make_folds.sh"), name, str(root / name)], check=True)
+    return root
+
+
+@pytest.mark.data
+@requires_data
+@pytest.mark.parametrize("name,num_features,num_queries,num_docs",
+                         [("MQ2008", 46, 784, 15211), ("OHSUMED", 45, 106, 16140)])
+def test_real_data_round_trip(tmp_path, real_folds, name, num_features, num_queries, num_docs):
+    specs = converter.convert_tree(real_folds / name / "Fold1", tmp_path / "out")
+    assert sorted(specs) == ["test", "train", "vali"]
+    assert sum(s["num_lists"] for s in specs.values()) == num_queries
+    assert sum(s["num_docs"] for s in specs.values()) == num_docs
+    for split, spec in specs.items():
+        queries = list(letor.read_queries(real_folds / name / "Fold1" / f"{split}.txt"))
+        assert spec["num_features"] == num_features
+        got = lists_of(dataset.ranking_dataset(tmp_path / "out" / split, 32, shuffle=False))
+        assert_lists_equal(got, queries)  # every label and feature, list by list, in order
+    sharded = converter.convert(real_folds / name / "Fold1" / "train.txt", tmp_path / "sharded", num_shards=4)
+    assert sharded["num_docs"] == specs["train"]["num_docs"]
+    got = lists_of(dataset.ranking_dataset(tmp_path / "sharded", 16, seed=2))
+    assert sorted(signature(*x) for x in got) == sorted(signature(*x) for x in lists_of(
+        dataset.ranking_dataset(tmp_path / "out" / "train", 16, shuffle=False)))
+
+
+@pytest.mark.data
+@requires_data
+def test_real_fold_tree_conversion_counts(tmp_path, real_folds):
+    specs = converter.convert_tree(real_folds / "MQ2008", tmp_path / "out")
+    assert len(specs) == 15
+    for fold in range(1, 6):
+        split_specs = [specs[f"Fold{fold}/{split}"] for split in ("train", "vali", "test")]
+        assert sum(s["num_lists"] for s in split_specs) == 784
+        assert sum(s["num_docs"] for s in split_specs) == 15211
+        assert sum(s["label_counts"]["2"] for s in split_specs) == 931
+
+
+# --------------------------------------------------------------------------------------------------
+# Generated data
+# --------------------------------------------------------------------------------------------------
+def _ndcg(labels, scores):
+    order = np.argsort(-scores, kind="stable")
+    discounts = 1.0 / np.log2(np.arange(2, len(labels) + 2))
+    ideal = np.sum((2.0 ** np.sort(labels)[::-1] - 1) * discounts)
+    return np.sum((2.0 ** labels[order] - 1) * discounts) / ideal if ideal > 0 else None
+
+
+def test_generated_data_is_learnable_and_repeatable(tmp_path):
+    hidden = synthetic._HiddenRelevance(40, 5, 0.5, seed=0)
+    queries = list(synthetic.generate(300, 40, 40, seed=0))
+    assert [q.qid for q in queries] == [str(i) for i in range(1, 301)]
+    sizes = [len(q.labels) for q in queries]
+    assert min(sizes) >= 20 and max(sizes) <= 60 and 35 < np.mean(sizes) < 45
+    labels = np.concatenate([q.labels for q in queries])
+    assert set(np.unique(labels)) == {0, 1, 2, 3, 4}
+    assert 0.4 < np.mean(labels == 0) < 0.75 and np.mean(labels == 4) < 0.06
+    # Ordering by the hidden function beats a random order by a wide margin (the labels are learnable).
+    rng = np.random.default_rng(0)
+    oracle = [_ndcg(q.labels, hidden.raw_score(q.features.astype(np.float64))) for q in queries]
+    chance = [_ndcg(q.labels, rng.random(len(q.labels))) for q in queries]
+    oracle, chance = np.mean([v for v in oracle if v is not None]), np.mean([v for v in chance if v is not None])
+    assert oracle > chance + 0.25, (oracle, chance)
+    again = list(synthetic.generate(300, 40, 40, seed=0))
+    assert all(np.array_equal(a.features, b.features) and np.array_equal(a.labels, b.labels)
+               for a, b in zip(queries, again))
+    assert not np.array_equal(next(synthetic.generate(3, 40, 40, seed=1)).features, queries[0].features)
+
+
+def test_generated_text_reads_back_exactly(tmp_path):
+    paths = synthetic.write_splits(tmp_path, 50, 10, 7, label_levels=3, seed=9)
+    queries = list(synthetic.generate(50, 10, 7, label_levels=3, seed=9))
+    read = [q for split in ("train", "vali", "test") for q in letor.read_queries(paths[split], 7)]
+    assert [q.qid for q in read] == [q.qid for q in queries]
+    assert [len(list(letor.read_queries(paths[s]))) for s in ("train", "vali", "test")] == [30, 10, 10]
+    for a, b in zip(read, queries):
+        np.testing.assert_array_equal(a.features, b.features)
+        np.testing.assert_array_equal(a.labels, b.labels)
+    assert set(np.concatenate([q.labels for q in queries])) <= {0, 1, 2}
+    summary = synthetic.write_letor(tmp_path / "one.txt", 5, 4, 3)
+    assert (summary["num_queries"], summary["num_features"]) == (5, 3)
+    with pytest.raises(ValueError, match="label_levels must be one of"):
+        synthetic.write_letor(tmp_path / "x.txt", label_levels=4)
+
+
+def test_feature_index_beyond_the_first_lines_widens_f(tmp_path):
+    rows = [f"0 qid:{i // 4} 1:0.5 2:0.25" for i in range(30000)] + ["1 qid:x 1:1 7:2"]
+    (tmp_path / "in.txt").write_text("\n".join(rows) + "\n")
+    spec = converter.convert(tmp_path / "in.txt", tmp_path / "out")
+    assert (spec["num_features"], spec["num_lists"], spec["num_docs"]) == (7, 7501, 30001)
+    last = lists_of(dataset.ranking_dataset(tmp_path / "out", 10000, shuffle=False))[-1]
+    np.testing.assert_array_equal(last[1], [[1, 0, 0, 0, 0, 0, 2]])
+    with pytest.raises(letor.LetorFormatError, match=r"in\.txt:30001: feature index 7 is above num_features=2"):
+        converter.convert(tmp_path / "in.txt", tmp_path / "out2", num_features=2)
+    assert not list((tmp_path / "out2").glob("*.tfrecord*")), "no partial shards left behind"

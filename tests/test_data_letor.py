@@ -1,0 +1,248 @@
+"""LETOR/SVMlight reader: formats, grouping, fold layouts, every bad-input message, real data."""
+
+import gzip
+import pathlib
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from tfapprox.data import letor, synthetic
+from tfapprox.data.letor import LetorFormatError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+requires_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"LETOR data not found at {SHARED_DATA}")
+
+
+def naive_read(paths, num_features):
+    """Independent reference: {qid: (labels, features)} in first-appearance order, token by token."""
+    found = {}
+    for path in paths:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rt") as handle:
+            for line in handle:
+                tokens = line.split("#")[0].split()
+                if not tokens:
+                    continue
+                features = np.zeros(num_features, np.float32)
+                for token in tokens[2:]:
+                    index, value = token.split(":")
+                    features[int(index) - 1] = np.float32(float(value))
+                labels, rows = found.setdefault(tokens[1][4:], ([], []))
+                labels.append(np.float32(float(tokens[0])))
+                rows.append(features)
+    return {q: (np.array(l, np.float32), np.stack(r)) for q, (l, r) in found.items()}
+
+
+def assert_same_queries(queries, reference):
+    assert [q.qid for q in queries] == list(reference)
+    for query in queries:
+        labels, features = reference[query.qid]
+        np.testing.assert_array_equal(query.labels, labels, err_msg=query.qid)
+        np.testing.assert_array_equal(query.features, features, err_msg=query.qid)
+        assert query.features.dtype == np.float32 and query.labels.dtype == np.float32
+
+
+def write(path, text, mode="w"):
+    path = pathlib.Path(path)
+    if mode == "gz":
+        with gzip.open(path, "wb") as handle:
+            handle.write(text.encode())
+    else:
+        path.write_bytes(text.encode())
+    return path
+
+
+SPARSE = """\
+# a header comment line
+2 qid:7 1:0.5 3:1.25 # docid = a
+0 qid:7 2:-3e-2
+1 qid:7\t4:7   5:0.125
+
+0 qid:8 1:1 2:2 3:3 4:4 5:5 #docid = b inc = 1
+"""
+
+
+def test_sparse_tabs_comments_and_blank_lines(tmp_path):
+    path = write(tmp_path / "a.txt", SPARSE)
+    queries = list(letor.read_queries(path, 5))
+    assert [q.qid for q in queries] == ["7", "8"]
+    np.testing.assert_array_equal(queries[0].labels, [2, 0, 1])
+    expected = np.zeros((3, 5), np.float32)
+    expected[0, [0, 2]] = [0.5, 1.25]
+    expected[1, 1] = np.float32(-0.03)
+    expected[2, [3, 4]] = [7, 0.125]
+    np.testing.assert_array_equal(queries[0].features, expected)
+    np.testing.assert_array_equal(queries[1].features, [[1, 2, 3, 4, 5]])
+
+
+def test_num_features_inferred_and_padded(tmp_path):
+    path = write(tmp_path / "a.txt", SPARSE)
+    assert list(letor.read_queries(path))[0].features.shape == (3, 5)
+    assert list(letor.read_queries(path, 9))[1].features.shape == (1, 9)
+
+
+def test_crlf_and_gzip_read_the_same(tmp_path):
+    text = SPARSE.replace("\n", "\r\n")
+    plain = list(letor.read_queries(write(tmp_path / "a.txt", SPARSE), 5))
+    for path in (write(tmp_path / "crlf.txt", text), write(tmp_path / "b.txt.gz", text, "gz")):
+        for got, want in zip(letor.read_queries(path, 5), plain, strict=True):
+            assert got.qid == want.qid
+            np.testing.assert_array_equal(got.features, want.features)
+            np.testing.assert_array_equal(got.labels, want.labels)
+
+
+def test_dense_and_sparse_paths_agree(tmp_path):
+    """A dense block (numpy.loadtxt path) and the same data with one sparse line read identically."""
+    rng = np.random.default_rng(3)
+    values = np.round(rng.random((700, 6)), 6)
+    lines = [f"{i % 3} qid:{i // 10} " + " ".join(f"{j + 1}:{v:.6f}" for j, v in enumerate(row))
+             for i, row in enumerate(values)]
+    dense = write(tmp_path / "dense.txt", "\n".join(lines) + "\n")
+    lines[5] = lines[5].replace(" 6:", "  6:")  # double space: not the dense path any more
+    mixed = write(tmp_path / "mixed.txt", "\n".join(lines) + "\n")
+    for path in (dense, mixed):
+        assert_same_queries(list(letor.read_queries(path, 6)), naive_read([path], 6))
+
+
+def test_non_contiguous_queries_grouped_in_first_appearance_order(tmp_path):
+    text = "1 qid:b 1:1\n0 qid:a 1:2\n2 qid:b 1:3\n0 qid:c 1:4\n1 qid:a 1:5\n"
+    path = write(tmp_path / "a.txt", text)
+    queries = list(letor.read_queries(path, 1))
+    assert [q.qid for q in queries] == ["b", "a", "c"]
+    np.testing.assert_array_equal(queries[0].features[:, 0], [1, 3])
+    np.testing.assert_array_equal(queries[1].labels, [0, 1])
+    with pytest.raises(LetorFormatError, match=r"a\.txt:3: query id 'b' appears again"):
+        list(letor.read_queries(path, 1, assume_contiguous=True))
+
+
+def test_query_split_across_files_is_one_query(tmp_path):
+    first = write(tmp_path / "1.txt", "1 qid:q 1:1\n")
+    second = write(tmp_path / "2.txt", "0 qid:r 1:3\n2 qid:q 1:2\n")
+    queries = list(letor.read_queries([first, second], 1))
+    assert [(q.qid, q.labels.tolist()) for q in queries] == [("q", [1, 2]), ("r", [0])]
+
+
+def test_contiguous_stream_is_bounded(tmp_path):
+    """With contiguous queries each one is handed out before the file has been read to its end."""
+    path = tmp_path / "big.txt"
+    synthetic.write_letor(path, num_queries=60, docs_per_query=30, num_features=5)
+    reader = letor.read_queries(path, 5)
+    first = next(reader)
+    assert first.qid == "1"
+    assert len(list(reader)) == 59
+
+
+def test_parallel_workers_read_the_same(tmp_path):
+    path = tmp_path / "syn.txt"
+    synthetic.write_letor(path, num_queries=200, docs_per_query=40, num_features=12, seed=4)
+    one = list(letor.read_queries(path, 12, workers=1))
+    two = list(letor.read_queries(path, workers=2))
+    assert [q.qid for q in one] == [q.qid for q in two]
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a.features, b.features)
+        np.testing.assert_array_equal(a.labels, b.labels)
+
+
+def test_parallel_workers_name_the_bad_line(tmp_path):
+    path = tmp_path / "syn.txt"
+    synthetic.write_letor(path, num_queries=300, docs_per_query=40, num_features=12, seed=4)
+    lines = path.read_bytes().split(b"\n")
+    lines[9000] = lines[9000].replace(b" 5:", b" 5:x")
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(LetorFormatError, match=r"syn\.txt:9001: non-numeric feature value in token '5:x"):
+        list(letor.read_queries(path, 12, workers=2))
+
+
+BAD_INPUTS = [
+    ("1 qid:1 1:0.5\nx qid:1 1:0.5\n", None, r"bad\.txt:2: non-numeric label 'x'"),
+    ("1 qid:1 1:0.5\n-1 qid:1 1:0.5\n", None, r"bad\.txt:2: label '-1' is not a finite number >= 0"),
+    ("nan qid:1 1:0.5\n", None, r"bad\.txt:1: label 'nan'"),
+    ("1 1:0.5 2:0.1\n", None, r"bad\.txt:1: expected 'qid:ID' as second token, got '1:0\.5'"),
+    ("1 qid: 1:0.5\n", None, r"bad\.txt:1: expected 'qid:ID' as second token, got 'qid:'"),
+    ("1\n", None, r"bad\.txt:1: expected 'LABEL qid:ID INDEX:VALUE \.\.\.', got only '1'"),
+    ("1 qid:1 1:0.5 2:abc 3:1\n", None, r"bad\.txt:1: non-numeric feature value in token '2:abc'"),
+    ("1 qid:1 1:0.5 2:inf\n", None, r"bad\.txt:1: non-finite feature value in token '2:inf'"),
+    ("1 qid:1 1:0.5 x:2\n", None, r"bad\.txt:1: feature index must be a positive integer, got token 'x:2'"),
+    ("1 qid:1 0:0.5\n", None, r"bad\.txt:1: feature index must be a positive integer, got token '0:0\.5'"),
+    ("1 qid:1 1:0.5 7\n", None, r"bad\.txt:1: expected INDEX:VALUE, got token '7'"),
+    ("1 qid:1 1:2:3 4\n", None, r"bad\.txt:1: expected INDEX:VALUE, got token '1:2:3'"),
+    ("1 qid:1 1:0.5 2:\n", None, r"bad\.txt:1: expected INDEX:VALUE, got token '2:'"),
+    ("1 qid:1 2:0.5 2:0.7\n", None, r"bad\.txt:1: feature index 2 repeated in token '2:0\.7'"),
+    ("1 qid:1 1:1 2:2\n0 qid:1 1:1 9:2\n", 5,
+     r"bad\.txt:2: feature index 9 is above num_features=5 in token '9:2'"),
+    ("", None, r"bad\.txt: no documents \(the file is empty or has only comments\)"),
+    ("# only a comment\n\n", 3, r"bad\.txt: no documents"),
+]
+
+
+@pytest.mark.parametrize("text,num_features,message", BAD_INPUTS,
+                         ids=[re.sub(r"\W+", "_", m.split(": ", 1)[-1])[:40] for _, _, m in BAD_INPUTS])
+@pytest.mark.parametrize("assume_contiguous", [False, True])
+def test_bad_input_names_file_line_and_token(tmp_path, text, num_features, message, assume_contiguous):
+    path = write(tmp_path / "bad.txt", text)
+    with pytest.raises(LetorFormatError, match=message):
+        list(letor.read_queries(path, num_features or 9 if assume_contiguous else num_features,
+                                assume_contiguous=assume_contiguous))
+
+
+def test_bad_line_deep_in_a_dense_file_is_located(tmp_path):
+    rows = [f"0 qid:{i // 7} " + " ".join(f"{j}:0.5" for j in range(1, 5)) for i in range(2000)]
+    rows[1733] = rows[1733].replace("3:0.5", "3:0.5x")
+    path = write(tmp_path / "bad.txt", "\n".join(rows) + "\n")
+    with pytest.raises(LetorFormatError, match=r"bad\.txt:1734: non-numeric feature value in token '3:0\.5x'"):
+        list(letor.read_queries(path, 4))
+
+
+def test_missing_file_and_bad_num_features(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        list(letor.read_queries(tmp_path / "nope.txt"))
+    path = write(tmp_path / "a.txt", "1 qid:1 1:1\n")
+    with pytest.raises(ValueError, match="num_features must be a positive integer"):
+        list(letor.read_queries(path, 0))
+
+
+@pytest.mark.parametrize("names", [("train.txt", "vali.txt", "test.txt"),
+                                   ("trainingset.txt", "validationset.txt", "testset.txt")])
+def test_fold_layouts(tmp_path, names):
+    for fold in (2, 1, 10):
+        (tmp_path / f"Fold{fold}").mkdir()
+        for name in names:
+            write(tmp_path / f"Fold{fold}" / name, "0 qid:1 1:1\n")
+    folds = letor.find_folds(tmp_path)
+    assert list(folds) == ["Fold1", "Fold2", "Fold10"]
+    assert {split: path.name for split, path in folds["Fold1"].items()} == dict(zip(("train", "vali", "test"), names))
+    assert letor.find_split_files(tmp_path / "Fold2")["vali"].name == names[1]
+
+
+def test_fold_layout_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no Fold<N>/ directories"):
+        letor.find_folds(tmp_path)
+    (tmp_path / "Fold1").mkdir()
+    write(tmp_path / "Fold1" / "train.txt", "0 qid:1 1:1\n")
+    with pytest.raises(FileNotFoundError, match=r"Fold1: no test/vali file"):
+        letor.find_folds(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def letor_folds(tmp_path_factory):
+    root = tmp_path_factory.mktemp("letor")
+    for name in ("MQ2008", "OHSUMED"):
+        subprocess.run([str(SHARED_DATA / "make_folds.sh"), name, str(root / name)], check=True)
+    return root
+
+
+@pytest.mark.data
+@requires_data
+@pytest.mark.parametrize("name,num_features,num_queries,num_docs",
+                         [("MQ2008", 46, 784, 15211), ("OHSUMED", 45, 106, 16140)])
+def test_real_data_read_exactly(letor_folds, name, num_features, num_queries, num_docs):
+    fold = letor.find_folds(letor_folds / name)["Fold1"]
+    paths = [fold["train"], fold["vali"], fold["test"]]  # Fold1's three splits hold all five parts
+    queries = list(letor.read_queries(paths))
+    assert len(queries) == num_queries
+    assert sum(len(q.labels) for q in queries) == num_docs
+    assert queries[0].features.shape[1] == num_features
+    assert_same_queries(queries, naive_read(paths, num_features))

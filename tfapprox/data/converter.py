@@ -1,0 +1,293 @@
+"""LETOR text -> sharded TFRecord lists plus a JSON spec, and checks of written records."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import tensorflow as tf
+
+from tfapprox.data import letor, records
+
+SPEC_NAME = "spec.json"
+SHARD_SUFFIX = ".tfrecord"
+SPEC_VERSION = 1
+
+
+class RecordError(ValueError):
+    """A TFRecord file that is corrupt, truncated, or disagrees with its siblings; names the file."""
+
+
+def shard_name(index: int, num_shards: int) -> str:
+    return f"part-{index:05d}-of-{num_shards:05d}{SHARD_SUFFIX}"
+
+
+class _LabelStats:
+    def __init__(self):
+        self.counts: dict[float, int] = {}
+
+    def add(self, labels: np.ndarray) -> None:
+        values, counts = np.unique(labels, return_counts=True)
+        for value, count in zip(values.tolist(), counts.tolist()):
+            self.counts[value] = self.counts.get(value, 0) + count
+
+    def as_dict(self) -> dict:
+        if not self.counts:
+            return {"label_min": None, "label_max": None, "label_counts": {}}
+        counts = {}
+        if len(self.counts) <= 64:
+            counts = {_label_text(v): c for v, c in sorted(self.counts.items())}
+        return {"label_min": min(self.counts), "label_max": max(self.counts), "label_counts": counts}
+
+
+def _label_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def convert(
+    inputs: str | os.PathLike | Iterable[str | os.PathLike],
+    output_dir: str | os.PathLike,
+    *,
+    num_shards: int = 1,
+    num_features: int | None = None,
+    record_format: str = "elwc",
+    assume_contiguous: bool = False,
+    overwrite: bool = False,
+    workers: int | None = None,
+) -> dict:
+    """Converts LETOR/SVMlight files to ``num_shards`` TFRecord files plus ``spec.json`` in a directory.
+
+    All ``inputs`` form one dataset (a query id shared by several files is one list). Lists go to
+    shards round-robin in order of first appearance. Returns the spec that was written: ``format``,
+    ``example_layout``, ``num_features``, ``num_lists``, ``num_docs``, label range and counts, list
+    sizes, sources and per-shard counts. The counts are of what was written, and are checked against
+    what was read (an unequal count raises ``RuntimeError``). ``workers``: text-parsing processes
+    (see :func:`letor.read_queries`).
+    """
+    if record_format not in records.RECORD_FORMATS:
+        raise ValueError(f"record_format must be one of {records.RECORD_FORMATS}; got {record_format!r}")
+    if not isinstance(num_shards, int) or num_shards < 1:
+        raise ValueError(f"num_shards must be a positive integer; got {num_shards!r}")
+    paths = letor.as_paths(inputs)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    stale = sorted(output_dir.glob("*" + SHARD_SUFFIX)) + sorted(output_dir.glob(SPEC_NAME))
+    if stale and not overwrite:
+        raise FileExistsError(
+            f"{output_dir} already holds {stale[0].name} (and {len(stale) - 1} more); "
+            "pass overwrite=True (--overwrite) to replace them"
+        )
+    for old in stale:
+        old.unlink()
+
+    workers = letor.default_workers(paths) if workers is None else workers
+    names = [shard_name(i, num_shards) for i in range(num_shards)]
+    try:
+        # One pass, for queries in contiguous lines (the norm) and F known or seen in the first lines.
+        width = num_features or letor.peek_num_features(paths)
+        queries = letor.read_queries(paths, width, assume_contiguous=True, workers=workers)
+        written = _write_shards(queries, output_dir, names, record_format)
+    except (letor.QueryOrderError, letor.FeatureIndexError) as err:
+        if isinstance(err, letor.QueryOrderError) and assume_contiguous:
+            raise
+        if isinstance(err, letor.FeatureIndexError) and num_features is not None:
+            raise
+        # Non-contiguous queries, or a feature index beyond the first lines': plan, then read again.
+        plan = letor.scan(paths, with_features=num_features is None, workers=workers)
+        width = num_features or max(plan.num_features, 1)
+        queries = letor.read_queries(paths, width, workers=workers, plan=plan)
+        written = _write_shards(queries, output_dir, names, record_format)
+        if written["num_docs"] != plan.num_docs or written["num_lists"] != len(plan.docs_per_query):
+            raise RuntimeError(
+                f"wrote {written['num_lists']} lists / {written['num_docs']} documents but the pre-pass "
+                f"counted {len(plan.docs_per_query)} queries / {plan.num_docs} document lines in {paths}"
+            )
+    spec = {
+        "spec_version": SPEC_VERSION,
+        "format": record_format,
+        "example_layout": "vector",
+        "feature_key": records.FEATURES_KEY,
+        "label_key": records.LABEL_KEY,
+        "num_features": int(width),
+        **{k: v for k, v in written.items() if k != "shards"},
+        "sources": [str(p) for p in paths],
+        "shards": [
+            {**shard, "bytes": (output_dir / shard["file"]).stat().st_size}
+            for shard in written["shards"]
+        ],
+    }
+    tmp = output_dir / (SPEC_NAME + ".tmp")
+    tmp.write_text(json.dumps(spec, indent=2) + "\n")
+    os.replace(tmp, output_dir / SPEC_NAME)
+    return spec
+
+
+def _write_shards(queries, output_dir: Path, names: list[str], record_format: str) -> dict:
+    """Writes ``queries`` round-robin to ``names`` in ``output_dir``; returns the counts written."""
+    shard_lists = [0] * len(names)
+    shard_docs = [0] * len(names)
+    labels = _LabelStats()
+    list_sizes = []
+    temporary = [output_dir / (name + ".tmp") for name in names]
+    writers = [tf.io.TFRecordWriter(str(path)) for path in temporary]
+    try:
+        for i, query in enumerate(queries):
+            shard = i % len(names)
+            record = records.encode_list(query.features, query.labels, query.qid, record_format)
+            writers[shard].write(record)
+            shard_lists[shard] += 1
+            shard_docs[shard] += len(query.labels)
+            list_sizes.append(len(query.labels))
+            labels.add(query.labels)
+    except BaseException:
+        for writer, path in zip(writers, temporary):
+            writer.close()
+            path.unlink(missing_ok=True)
+        raise
+    for writer in writers:
+        writer.close()
+    for name, path in zip(names, temporary):
+        os.replace(path, output_dir / name)
+    return {
+        "num_lists": sum(shard_lists),
+        "num_docs": sum(shard_docs),
+        **labels.as_dict(),
+        "min_list_size": min(list_sizes, default=0),
+        "max_list_size": max(list_sizes, default=0),
+        "shards": [
+            {"file": name, "num_lists": n_lists, "num_docs": n_docs}
+            for name, n_lists, n_docs in zip(names, shard_lists, shard_docs)
+        ],
+    }
+
+
+def convert_tree(input_dir, output_dir, **kwargs) -> dict[str, dict]:
+    """Converts a fold layout, keeping its shape; returns ``{"Fold1/train": spec, ...}``.
+
+    ``input_dir`` is either a root with ``Fold<N>/`` directories or one fold directory; each split file
+    (``train.txt`` / ``trainingset.txt``, ``vali.txt`` / ``validationset.txt``, ``test.txt`` /
+    ``testset.txt``) becomes ``output_dir/[Fold<N>/]<split>/``.
+    """
+    input_dir, output_dir = Path(input_dir), Path(output_dir)
+    splits = letor.find_split_files(input_dir)
+    jobs = {}
+    if splits:
+        jobs = {split: path for split, path in splits.items()}
+    else:
+        for fold, fold_splits in letor.find_folds(input_dir).items():
+            for split, path in fold_splits.items():
+                jobs[f"{fold}/{split}"] = path
+    return {name: convert(path, output_dir / name, **kwargs) for name, path in jobs.items()}
+
+
+def read_spec(directory: str | os.PathLike) -> dict | None:
+    """Returns the ``spec.json`` of a converted directory, or None if it has none."""
+    path = Path(directory) / SPEC_NAME
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise RecordError(f"{path}: not valid JSON ({err})") from None
+
+
+def shard_entry(path: Path) -> dict | None:
+    """Returns the ``spec.json`` entry (file, num_lists, num_docs, bytes) of shard ``path``, if any."""
+    spec = read_spec(path.parent)
+    if spec is None:
+        return None
+    return {s["file"]: s for s in spec.get("shards", [])}.get(path.name)
+
+
+def check_size(path: Path) -> dict | None:
+    """Raises RecordError if ``path``'s size differs from its ``spec.json`` entry; returns the entry."""
+    entry = shard_entry(path)
+    size = path.stat().st_size
+    if entry is not None and "bytes" in entry and entry["bytes"] != size:
+        raise RecordError(
+            f"{path}: {size} bytes, but {path.parent / SPEC_NAME} records {entry['bytes']} "
+            "(truncated or rewritten?)"
+        )
+    return entry
+
+
+_VERIFIED: dict[tuple, int] = {}
+
+
+def verify_file(path: str | os.PathLike) -> int:
+    """Reads every record of a TFRecord file (checking its CRCs) and returns the number of records.
+
+    Raises RecordError naming the file if it is truncated or corrupt, or if its size or record count
+    disagrees with its directory's ``spec.json``. A file already verified in this process (same path,
+    size and modification time) is not read again.
+    """
+    path = Path(path)
+    entry = check_size(path)
+    status = path.stat()
+    key = (str(path.resolve()), status.st_size, status.st_mtime_ns)
+    if key in _VERIFIED:
+        return _VERIFIED[key]
+    try:
+        count = int(tf.data.TFRecordDataset(str(path), buffer_size=1 << 22).reduce(
+            tf.constant(0, tf.int64), lambda n, _: n + 1))
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
+        raise RecordError(f"{path}: corrupt or truncated TFRecord file ({error_summary(err)})") from None
+    if entry is not None and entry["num_lists"] != count:
+        raise RecordError(
+            f"{path}: holds {count} records but {path.parent / SPEC_NAME} records {entry['num_lists']}"
+        )
+    _VERIFIED[key] = count
+    return count
+
+
+def error_summary(err: tf.errors.OpError) -> str:
+    """Returns the useful part of a TF error message ("corrupted record at 3848")."""
+    text = err.message.splitlines()[0] if err.message else type(err).__name__
+    return text.split("}}")[-1].split(" [Op:")[0].strip()
+
+
+def check_records(paths: Iterable[str | os.PathLike], num_features: int | None = None) -> dict:
+    """Reads every record of every file and returns ``{"num_lists", "num_docs", "num_features"}``.
+
+    Raises RecordError naming the file for a truncated or corrupt file (CRC mismatch), a record that is
+    not a ranking list, files that disagree on the feature count, or a count that disagrees with the
+    directory's ``spec.json``.
+    """
+    from tfapprox.data import dataset  # local: dataset imports this module
+
+    totals = {"num_lists": 0, "num_docs": 0, "num_features": num_features}
+    for path in [Path(p) for p in paths]:
+        info = dataset.inspect_file(path)
+        if totals["num_features"] is None:
+            totals["num_features"] = info.num_features
+        elif info.num_features != totals["num_features"]:
+            raise RecordError(
+                f"{path}: documents have {info.num_features} features, but {totals['num_features']} "
+                "were expected (from earlier files or num_features)"
+            )
+        verify_file(path)
+        lists = docs = 0
+        if info.num_features is not None:
+            parse = dataset.list_parser(
+                info.record_format, info.num_features, info.layout, info.label_dtype
+            )
+            try:
+                for _, mask, _ in tf.data.TFRecordDataset(str(path)).batch(256).map(parse):
+                    lists += int(mask.shape[0])
+                    docs += int(tf.reduce_sum(tf.cast(mask, tf.int64)))
+            except tf.errors.OpError as err:
+                raise RecordError(
+                    f"{path}: a record is not a ranking list of this format ({error_summary(err)})"
+                ) from None
+        entry = shard_entry(path)
+        if entry is not None and entry["num_docs"] != docs:
+            raise RecordError(
+                f"{path}: holds {docs} documents but {path.parent / SPEC_NAME} records "
+                f"{entry['num_docs']}"
+            )
+        totals["num_lists"] += lists
+        totals["num_docs"] += docs
+    return totals

@@ -1,0 +1,399 @@
+"""tf.data pipelines of padded ranking lists, from TFRecord shards or straight from LETOR text.
+
+Every dataset yields ``(inputs, labels)`` with ``inputs = {"features": float32 [B, L, F], "mask": bool
+[B, L]}`` and ``labels`` float32 ``[B, L]``, -1 on padded slots (see docs/contracts.md).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from pathlib import Path
+from typing import Callable, Iterable, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from tfapprox.data import converter, letor, records
+
+_VERIFY_BYTES = 256 << 20
+_TEXT_START = re.compile(rb"^\s*[-+0-9.eE]+\s+qid:")
+
+
+class FileInfo(NamedTuple):
+    """What one input file holds, learned from its first record (or first line, for text)."""
+
+    path: Path
+    kind: str  # "tfrecord" or "letor"
+    record_format: str | None  # "elwc" / "sequence_example"; None for text and for empty shards
+    layout: str | None  # document Example layout: "vector" / "per_feature"
+    num_features: int | None
+    label_dtype: tf.DType
+
+
+class DatasetInfo(NamedTuple):
+    """The resolved inputs of :func:`ranking_dataset`."""
+
+    files: list[Path]
+    kind: str
+    record_format: str
+    layout: str
+    num_features: int
+    label_dtype: tf.DType
+    num_lists: int | None  # from spec.json files, when every directory has one
+    num_docs: int | None
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------------------
+def _resolve_files(file_pattern) -> list[Path]:
+    patterns = [file_pattern] if isinstance(file_pattern, (str, os.PathLike)) else list(file_pattern)
+    files: list[Path] = []
+    for pattern in patterns:
+        pattern = os.fspath(pattern)
+        if os.path.isdir(pattern):
+            matched = sorted(glob.glob(os.path.join(pattern, "*" + converter.SHARD_SUFFIX)))
+            if not matched:
+                raise FileNotFoundError(f"{pattern}: directory holds no *{converter.SHARD_SUFFIX} files")
+        else:
+            matched = sorted(glob.glob(pattern))
+            if not matched:
+                raise FileNotFoundError(f"no files match {pattern!r}")
+        files.extend(Path(m) for m in matched if os.path.isfile(m))
+    if not files:
+        raise FileNotFoundError(f"no files match {file_pattern!r}")
+    return files
+
+
+def _is_letor_text(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    if head[:2] == b"\x1f\x8b":
+        return True
+    for line in head.split(b"\n"):
+        line = line.split(b"#", 1)[0]
+        if line.strip():
+            return bool(_TEXT_START.match(line))
+    return False
+
+
+def inspect_file(path: str | os.PathLike) -> FileInfo:
+    """Returns what ``path`` holds: LETOR text, or TFRecords of which format, layout and width.
+
+    Raises ``converter.RecordError`` naming the file if its first record cannot be read or understood.
+    """
+    path = Path(path)
+    if _is_letor_text(path):
+        return FileInfo(path, "letor", None, None, None, tf.float32)
+    try:
+        first = list(tf.data.TFRecordDataset(str(path)).take(1).as_numpy_iterator())
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError) as err:
+        raise converter.RecordError(
+            f"{path}: corrupt or truncated TFRecord file ({converter.error_summary(err)})"
+        ) from None
+    if not first:
+        return FileInfo(path, "tfrecord", None, None, None, tf.float32)
+    try:
+        record_format, layout, num_features, label_dtype = _describe_record(first[0])
+    except ValueError as err:
+        raise converter.RecordError(f"{path}: first record is not a ranking list ({err})") from None
+    return FileInfo(path, "tfrecord", record_format, layout, num_features, label_dtype)
+
+
+def _describe_record(serialized: bytes):
+    """Returns ``(record_format, layout, num_features, label_dtype)`` of one serialized list."""
+    try:
+        sequence = tf.train.SequenceExample.FromString(serialized)
+        feature_lists = sequence.feature_lists.feature_list
+        if records.FEATURES_KEY in feature_lists and feature_lists[records.FEATURES_KEY].feature:
+            width = len(feature_lists[records.FEATURES_KEY].feature[0].float_list.value)
+            return "sequence_example", "vector", width, tf.float32
+    except Exception:  # noqa: BLE001 - protobuf raises DecodeError or others for non-matching bytes
+        pass
+    examples, _ = records.split_elwc(serialized)
+    if not examples:
+        raise ValueError("an ExampleListWithContext without documents; cannot tell its feature count")
+    try:
+        info = records.describe_example(examples[0])
+    except Exception as err:  # noqa: BLE001
+        raise ValueError(
+            f"neither an ExampleListWithContext nor a SequenceExample list: {err}"
+        ) from None
+    return "elwc", info["layout"], info["num_features"], info["label_dtype"]
+
+
+def describe(file_pattern, num_features: int | None = None) -> DatasetInfo:
+    """Returns the resolved files, format and feature count behind ``file_pattern``.
+
+    Every TFRecord file's first record is read, so shards that disagree on the feature count (or with
+    their ``spec.json``) raise ``converter.RecordError`` naming the file. For LETOR text the feature
+    count is ``num_features`` or, if None, the largest index in the files.
+    """
+    files = _resolve_files(file_pattern)
+    infos = [inspect_file(f) for f in files]
+    kinds = {i.kind for i in infos}
+    if len(kinds) > 1:
+        text = next(i.path for i in infos if i.kind == "letor")
+        raise ValueError(f"file_pattern mixes LETOR text ({text}) and TFRecord files")
+    if kinds == {"letor"}:
+        if num_features is None:
+            num_features = max(letor.scan(files, with_features=True).num_features, 1)
+        return DatasetInfo(files, "letor", "elwc", "vector", num_features, tf.float32, None, None)
+
+    specs = {}
+    for info in infos:
+        if info.path.parent not in specs:
+            specs[info.path.parent] = converter.read_spec(info.path.parent)
+    reference = None  # (num_features, where it came from)
+    if num_features is not None:
+        reference = (num_features, "num_features")
+    for directory, spec in specs.items():
+        if spec is not None:
+            width = int(spec["num_features"])
+            where = str(directory / converter.SPEC_NAME)
+            if reference is None:
+                reference = (width, where)
+            elif width != reference[0]:
+                raise converter.RecordError(
+                    f"{where} says {width} features but {reference[1]} says {reference[0]}"
+                )
+    known = [i for i in infos if i.num_features is not None]
+    if not known:
+        raise converter.RecordError(f"no records in any of {len(files)} files matching {file_pattern!r}")
+    for info in known:
+        if reference is None:
+            reference = (info.num_features, str(info.path))
+        elif info.num_features != reference[0]:
+            raise converter.RecordError(
+                f"{info.path}: documents have {info.num_features} features, but {reference[1]} "
+                f"has {reference[0]}; all shards must agree"
+            )
+    signatures = {(i.record_format, i.layout, i.label_dtype) for i in known}
+    if len(signatures) > 1:
+        raise converter.RecordError(
+            f"files matching {file_pattern!r} mix record formats: {sorted(map(str, signatures))}"
+        )
+    record_format, layout, label_dtype = signatures.pop()
+    num_lists = num_docs = None
+    if all(spec is not None for spec in specs.values()):
+        counted = {}
+        for spec_dir, spec in specs.items():
+            for shard in spec.get("shards", []):
+                counted[spec_dir / shard["file"]] = (shard["num_lists"], shard["num_docs"])
+        if all(f in counted for f in files):
+            num_lists = sum(counted[f][0] for f in files)
+            num_docs = sum(counted[f][1] for f in files)
+    return DatasetInfo(
+        files, "tfrecord", record_format, layout, reference[0], label_dtype, num_lists, num_docs
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing a batch of serialized lists
+# --------------------------------------------------------------------------------------------------
+def _subset(lengths: tf.Tensor, width: tf.Tensor, list_size: int, seed: tf.Tensor | None):
+    """Returns ``(indices [B, k], new_lengths [B])`` choosing at most ``list_size`` real slots per list.
+
+    With ``seed`` (shape [2]) the kept documents are a uniformly random subset of each longer list, in
+    their original order; without it the first ``list_size`` are kept.
+    """
+    k = tf.minimum(width, list_size)
+    new_lengths = tf.minimum(lengths, k)
+    if seed is None:
+        batch = tf.shape(lengths)[0]
+        return tf.tile(tf.range(k)[None, :], [batch, 1]), new_lengths
+    positions = tf.range(width)
+    valid = positions[None, :] < lengths[:, None]
+    keys = tf.random.stateless_uniform(tf.shape(valid), seed=seed)
+    keys = tf.where(valid, keys, -1.0)  # padding sorts after every real document
+    _, indices = tf.math.top_k(keys, k=k)
+    # Real slots form a prefix, so sorting keeps the chosen real documents first, in original order.
+    return tf.sort(indices, axis=1), new_lengths
+
+
+def _pad_to(tensor: tf.Tensor, list_size: int, value) -> tf.Tensor:
+    pad = list_size - tf.shape(tensor)[1]
+    paddings = tf.concat([[[0, 0], [0, pad]], tf.zeros([tf.rank(tensor) - 2, 2], tf.int32)], axis=0)
+    return tf.pad(tensor, paddings, constant_values=value)
+
+
+def list_parser(
+    record_format: str,
+    num_features: int,
+    layout: str = "vector",
+    label_dtype: tf.DType = tf.float32,
+    *,
+    list_size: int | None = None,
+    seed: int | None = None,
+) -> Callable:
+    """Returns ``parse(serialized [B], batch_index=None) -> (features, mask, labels)``.
+
+    ``list_size=None`` pads to the batch's longest list; an int truncates and pads every list to that
+    size. With ``seed`` truncation keeps a random subset drawn from ``(seed, batch_index)`` (stateless,
+    so the same batch gets the same subset on every run); without it keeps each list's head.
+    """
+
+    def parse(serialized, batch_index=None):
+        step_seed = None
+        if seed is not None and list_size is not None:
+            step_seed = tf.stack([tf.constant(seed, tf.int64), tf.cast(batch_index, tf.int64)])
+        if record_format == "elwc":
+            examples, lengths = records.decode_elwc(serialized)
+            if list_size is not None:
+                indices, lengths = _subset(lengths, tf.shape(examples)[1], list_size, step_seed)
+                examples = _pad_to(tf.gather(examples, indices, batch_dims=1), list_size, "")
+            features, mask, labels = records.parse_example_lists(
+                examples, lengths, num_features, layout=layout, label_dtype=label_dtype
+            )
+        else:
+            features, mask, labels = records.parse_lists(
+                serialized, num_features, record_format=record_format
+            )
+            if list_size is not None:
+                lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+                indices, lengths = _subset(lengths, tf.shape(mask)[1], list_size, step_seed)
+                features = _pad_to(tf.gather(features, indices, batch_dims=1), list_size, 0.0)
+                mask = tf.sequence_mask(lengths, maxlen=list_size)
+                labels = _pad_to(tf.gather(labels, indices, batch_dims=1), list_size, -1.0)
+                labels = tf.where(mask, labels, -1.0)
+        if list_size is not None:
+            features = tf.ensure_shape(features, [None, list_size, num_features])
+            mask = tf.ensure_shape(mask, [None, list_size])
+            labels = tf.ensure_shape(labels, [None, list_size])
+        return features, mask, labels
+
+    return parse
+
+
+# --------------------------------------------------------------------------------------------------
+# The dataset
+# --------------------------------------------------------------------------------------------------
+def ranking_dataset(
+    file_pattern,
+    batch_size: int,
+    list_size: int | None = None,
+    shuffle: bool = True,
+    seed: int | None = None,
+    *,
+    num_features: int | None = None,
+    repeat: bool = False,
+    drop_remainder: bool = False,
+    shuffle_buffer_size: int = 1024,
+    random_subset: bool | None = None,
+    num_shards: int = 1,
+    shard_index: int = 0,
+    deterministic: bool | None = None,
+    cycle_length: int = 4,
+    verify: bool | None = None,
+) -> tf.data.Dataset:
+    """Returns a ``tf.data.Dataset`` of ``({"features" [B,L,F], "mask" [B,L]}, labels [B,L])``.
+
+    Args:
+      file_pattern: TFRecord files written by ``python -m tfapprox.data convert`` (or any ELWC /
+        SequenceExample lists): a glob, a directory of ``*.tfrecord`` shards, a file, or a list of
+        those. LETOR/SVMlight text files (plain or gzip) are accepted too: they are read into memory
+        and encoded on the fly -- the same batches without a conversion step, for small data.
+      batch_size: lists per batch.
+      list_size: ``None`` pads each batch to its longest list; an int truncates longer lists and pads
+        every list to exactly ``list_size`` (static shape).
+      shuffle: shuffle the file order and the lists (through a ``shuffle_buffer_size`` buffer) anew
+        each epoch.
+      seed: makes shuffling and random truncation repeatable; with a seed (or without shuffling) the
+        element order is deterministic.
+      num_features: F; taken from the files when None (they must agree).
+      repeat: repeat indefinitely.
+      random_subset: truncate to a uniformly random subset of each longer list (relevant documents are
+        not preferred), drawn anew per batch; otherwise keep each list's head. Defaults to ``shuffle``
+        (training); evaluation keeps heads.
+      num_shards, shard_index: for multi-worker training, read only every ``num_shards``-th file
+        starting at ``shard_index`` (needs at least ``num_shards`` files; for text input, every
+        ``num_shards``-th list).
+      deterministic: element order independent of thread timing; defaults to ``seed is not None or
+        not shuffle``.
+      cycle_length: shards read concurrently.
+      verify: read every record once up front (CRC checks), so a truncated or corrupt shard raises
+        ``converter.RecordError`` naming it instead of a ``DataLossError`` mid-training that names
+        no file. ``None``: when the files total at most 256 MB. A file's size is always checked
+        against its ``spec.json``.
+
+    Raises:
+      FileNotFoundError: nothing matches ``file_pattern``.
+      converter.RecordError: a corrupt first record, or shards that disagree on the feature count.
+      letor.LetorFormatError: malformed LETOR text.
+    """
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}")
+    if list_size is not None and (not isinstance(list_size, (int, np.integer)) or list_size < 1):
+        raise ValueError(f"list_size must be None or a positive integer; got {list_size!r}")
+    if not 0 <= shard_index < num_shards:
+        raise ValueError(f"shard_index must be in [0, num_shards={num_shards}); got {shard_index!r}")
+    info = describe(file_pattern, num_features)
+    if random_subset is None:
+        random_subset = shuffle
+    if deterministic is None:
+        deterministic = seed is not None or not shuffle
+    if seed is None and (shuffle or random_subset):
+        seed_for_subset = int(np.random.default_rng().integers(2**31))
+    else:
+        seed_for_subset = seed if seed is not None else 0
+
+    if info.kind == "letor":
+        lists = [
+            records.encode_elwc(q.features, q.labels, q.qid)
+            for q in letor.read_queries(info.files, info.num_features)
+        ]
+        data = tf.data.Dataset.from_tensor_slices(tf.constant(lists, dtype=tf.string))
+        if num_shards > 1:
+            data = data.shard(num_shards, shard_index)
+    else:
+        files = info.files
+        if num_shards > 1:
+            if len(files) < num_shards:
+                raise ValueError(
+                    f"cannot shard {len(files)} files over num_shards={num_shards} workers; "
+                    f"convert with --shards {num_shards} or more"
+                )
+            files = files[shard_index::num_shards]
+        if verify is None:
+            verify = sum(f.stat().st_size for f in files) <= _VERIFY_BYTES
+        for path in files:
+            if verify:
+                converter.verify_file(path)
+            else:
+                converter.check_size(path)
+        files = [str(f) for f in files]
+        file_data = tf.data.Dataset.from_tensor_slices(files)
+        if shuffle:
+            file_data = file_data.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+        data = file_data.interleave(
+            lambda f: tf.data.TFRecordDataset(f, buffer_size=1 << 20),
+            cycle_length=max(1, min(cycle_length, len(files))),
+            block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=deterministic,
+        )
+    if shuffle:
+        data = data.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        data = data.repeat()
+    data = data.batch(batch_size, drop_remainder=drop_remainder)
+    parse = list_parser(
+        info.record_format,
+        info.num_features,
+        info.layout,
+        info.label_dtype,
+        list_size=list_size,
+        seed=seed_for_subset if random_subset else None,
+    )
+
+    def to_model_inputs(batch_index, serialized):
+        features, mask, labels = parse(serialized, batch_index)
+        return {"features": features, "mask": mask}, labels
+
+    data = data.enumerate().map(
+        to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
+    )
+    return data.prefetch(tf.data.AUTOTUNE)
+

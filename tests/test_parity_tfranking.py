@@ -95,7 +95,7 @@ def _side_python():
         return override
     try:
         built = subprocess.run([str(VENV_SCRIPT)], capture_output=True, text=True, timeout=3600)
-        reason = built.stderr.strip()[-2000:]
+        reason = "\n".join(built.stderr.strip().splitlines()[-6:])
         ok = built.returncode == 0
     except (OSError, subprocess.TimeoutExpired) as error:
         reason, ok = repr(error), False

@@ -213,7 +213,7 @@ class RankNetLoss(RankingLoss):
     """RankNet: Σ_{l_i > l_j} ln(1 + e^{−(s_i − s_j)}) per list (Burges et al. 2005).
 
     Summed over the pairs of a list, this equals the per-list sum of TF-Ranking's unreduced
-    `PairwiseLogisticLoss` (its default reduction instead divides by batch × list²). A list
+    `PairwiseLogisticLoss` (its default reduction instead divides by batch × list size). A list
     contributes when it has a pair with different labels.
     """
 

@@ -139,6 +139,12 @@ def test_get_by_short_name_and_serialize(name, cls, config, rng):
     assert result(rebuilt, labels, scores) == result(metric, labels, scores)
 
 
+def test_get_passes_parameters():
+    metric = metrics.get("approx_ndcg@5", alpha=20.0, beta=3.0)
+    assert (metric.k, metric.alpha, metric.beta) == (5, 20.0, 3.0)
+    assert metrics.get("map", relevance_threshold=2).relevance_threshold == 2.0
+
+
 @pytest.mark.parametrize("name", ["p", "map@5", "ndcg@0", "ndcg@x", "err@5"])
 def test_unknown_metric_names_are_rejected(name):
     with pytest.raises(ValueError, match="metric"):

@@ -10,7 +10,8 @@ gradient. Reductions:
 
 - `"sum_over_batch_size"` (default; `"mean"` is the same): the mean over the lists that *have* a
   loss, weighted by `sample_weight` (one weight per list) when given. Lists without a loss do not
-  dilute the mean, unlike TF-Ranking's default.
+  dilute the mean, unlike TF-Ranking's default. Under a tf.distribute strategy with N replicas each
+  replica's mean is divided by N, as Keras' own mean reductions do.
 - `"sum"`: the weighted sum over lists.
 - `None` or `"none"`: one value per list, `[B]`.
 
@@ -85,7 +86,19 @@ class RankingLoss(keras.losses.Loss):
             result = ops.sum(loss * weights)
         else:
             result = rank_ops.safe_divide(ops.sum(loss * weights), ops.sum(weights))
+            result = _share_of_replica(result)
         return ops.cast(result, self.dtype)
+
+
+def _share_of_replica(mean):
+    """Divides a per-replica mean by the replica count under tf.distribute, as Keras' own mean
+    reductions do, so that the gradients summed over replicas are those of the global mean."""
+    if keras.backend.backend() != "tensorflow":
+        return mean
+    import tensorflow as tf
+
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    return mean if replicas == 1 else mean / replicas
 
 
 def _list_weights(sample_weight, per_list_loss):

@@ -178,29 +178,23 @@ class ApproxAPMetric(MeanAveragePrecision):
         super().__init__(name=name, alpha=alpha, beta=beta, **kwargs)
 
 
-def get(name):
-    """Returns a metric from a short name: `ndcg`, `ndcg@k`, `map`, `p@k`, `mrr`,
-    `approx_ndcg`, `approx_ndcg@k`, `approx_map`."""
+def get(name, **params):
+    """Returns a metric from a short name — `ndcg`, `ndcg@k`, `map`, `p@k`, `mrr`,
+    `approx_ndcg`, `approx_ndcg@k`, `approx_map` — built with `params` (e.g. `alpha=20.0`)."""
     base, _, cutoff = name.lower().partition("@")
     k = None
     if cutoff:
         if not cutoff.isdigit() or int(cutoff) < 1:
             raise ValueError(f"metric {name!r}: the cut-off after '@' must be an int >= 1")
         k = int(cutoff)
-    builders = {
-        "ndcg": lambda: NDCG(k),
-        "approx_ndcg": lambda: ApproxNDCGMetric(k),
-        "p": lambda: PrecisionAtK(k),
-        "precision": lambda: PrecisionAtK(k),
-        "map": lambda: MeanAveragePrecision(),
-        "approx_map": lambda: ApproxAPMetric(),
-        "mrr": lambda: MeanReciprocalRank(),
-    }
-    needs_k = {"p", "precision"}
-    takes_k = {"ndcg", "approx_ndcg"} | needs_k
-    if base not in builders or (k is not None and base not in takes_k) or (
-            k is None and base in needs_k):
-        raise ValueError(
-            f"unknown metric {name!r}; expected one of ndcg, ndcg@k, map, p@k, mrr, "
-            "approx_ndcg, approx_ndcg@k, approx_map")
-    return builders[base]()
+    with_cutoff = {"ndcg": NDCG, "approx_ndcg": ApproxNDCGMetric, "p": PrecisionAtK,
+                   "precision": PrecisionAtK}
+    without_cutoff = {"map": MeanAveragePrecision, "approx_map": ApproxAPMetric,
+                      "mrr": MeanReciprocalRank}
+    if base in with_cutoff and (k is not None or base not in ("p", "precision")):
+        return with_cutoff[base](k, **params)
+    if base in without_cutoff and k is None:
+        return without_cutoff[base](**params)
+    raise ValueError(
+        f"unknown metric {name!r}; expected one of ndcg, ndcg@k, map, p@k, mrr, "
+        "approx_ndcg, approx_ndcg@k, approx_map")

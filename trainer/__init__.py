@@ -1,0 +1,9 @@
+"""The tfapprox trainer: `python -m trainer [train|evaluate|export|cv]`.
+
+config.py      the run configuration: presets, YAML/JSON files, dotted overrides from flags
+data.py        LETOR folds / TFRecords / generated demo data -> tf.data, cached conversions
+train.py       one run: fit epoch by epoch, validation, selection, early stopping, export
+checkpoint.py  the per-epoch state file that makes a killed run resumable
+distribute.py  --strategy default|mirrored|multi_worker and per-replica input
+cv.py          five-fold cross-validation with an optional hyperparameter grid
+"""

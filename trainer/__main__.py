@@ -180,17 +180,17 @@ def _resolve(args: argparse.Namespace) -> config_lib.Config:
     return config_lib.Config.from_dict(values)
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
     """Returns the parsed command line; without a command, `train` is meant."""
     argv = list(argv)
     if not argv or argv[0] not in COMMANDS + ("-h", "--help"):
         argv = ["train", *argv]
-    return _parser().parse_args(argv)
+    return (parser or _parser()).parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
     parser = _parser()
+    args = parse_args(sys.argv[1:] if argv is None else argv, parser)
     try:
         config = _resolve(args)
     except (KeyError, ValueError, FileNotFoundError) as err:
@@ -199,22 +199,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
 
-    from trainer import cv, data, train  # TensorFlow loads here, after argument errors
+    # TensorFlow loads here, after argument errors. A multi-worker strategy must exist before
+    # TensorFlow runs any op, so it is made before the loss and metrics are checked.
+    from trainer import checkpoint, distribute, train
+
+    strategy = config.runtime.strategy if args.command in ("train", "cv") else "default"
+    try:
+        dist = distribute.make(strategy)
+        train.check_components(config)
+    except ValueError as err:
+        parser.error(str(err))
+    try:
+        _run(args, config, dist)
+    except (checkpoint.CheckpointError, FileNotFoundError) as err:
+        print(f"python -m trainer {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(args: argparse.Namespace, config: config_lib.Config, dist) -> None:
+    from trainer import cv, data, train
 
     if args.command == "train":
-        train.train(config, fresh=args.fresh)
+        train.train(config, fresh=args.fresh, dist=dist)
     elif args.command == "evaluate":
         splits = data.resolve(config.data, print_fn=print)
         results = train.evaluate(config, splits)
         out = Path(config.train.run_dir) / "evaluation.json"
         out.write_text(json.dumps(results, indent=2) + "\n")
     elif args.command == "export":
-        splits = data.resolve(config.data, print_fn=print)
-        built = train.restore_best(config, splits.num_features)
-        print(f"Exported {train.export(built.eval_model, config, splits.num_features)}")
+        num_features = config.data.num_features or data.resolve(config.data).num_features
+        built = train.restore_best(config, num_features)
+        print(f"Exported {train.export(built.eval_model, config, num_features)}")
     else:
-        cv.run(config, fresh=args.fresh)
-    return 0
+        cv.run(config, fresh=args.fresh, dist=dist)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ import numpy as np
 FILENAME = "checkpoint.npz"
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be resumed: unreadable, or written for another configuration."""
+
+
 @dataclasses.dataclass
 class RunState:
     """Where a run stands after its last completed epoch."""
@@ -103,7 +107,7 @@ def load(run_dir: str | os.PathLike) -> Checkpoint | None:
                 for group in ("model", "optimizer", "best")
             }
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise RuntimeError(
+        raise CheckpointError(
             f"checkpoint {path} is unreadable ({err}); delete it or pass --fresh to start over"
         ) from err
     return Checkpoint(state=state, **groups)
@@ -118,14 +122,14 @@ def remove_stale_temporaries(run_dir: str | os.PathLike) -> None:
 def assign(variables: list[Any], values: list[np.ndarray], what: str) -> None:
     """Assigns `values` to `variables` in order, after checking count and shapes match."""
     if len(variables) != len(values):
-        raise RuntimeError(
+        raise CheckpointError(
             f"the checkpoint holds {len(values)} {what} variables but the current setup has "
             f"{len(variables)}; it was written by a different model/optimizer (pass --fresh or "
             "use another --run-dir)"
         )
     for variable, value in zip(variables, values):
         if tuple(variable.shape) != tuple(value.shape):
-            raise RuntimeError(
+            raise CheckpointError(
                 f"checkpoint {what} variable {variable.path} has shape "
                 f"{tuple(value.shape)}, the current one {tuple(variable.shape)} (pass --fresh or use "
                 "another --run-dir)"

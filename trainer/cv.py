@@ -46,14 +46,18 @@ def point_name(point: dict[str, Any]) -> str:
     return re.sub(r"[^\w.,=@+-]", "_", text)
 
 
-def run(config: Config, *, fresh: bool = False, print_fn: Printer = print) -> dict[str, Any]:
-    """Cross-validates `config` over `config.cv.folds` of the LETOR set in `config.data.dir`."""
+def run(config: Config, *, fresh: bool = False, print_fn: Printer = print,
+        dist: distribute.Distribution | None = None) -> dict[str, Any]:
+    """Cross-validates `config` over `config.cv.folds` of the LETOR set in `config.data.dir`.
+
+    `dist` is made from `config.runtime.strategy` when None.
+    """
     if config.data.dir is None:
         raise ValueError("cv needs --data-dir: a LETOR set directory (S1..S5.txt or Fold1..Fold5/)")
     folds = data.letor_folds(config.data.dir)
     out_dir = Path(config.cv.out_dir)
     points = grid_points(config.cv.grid)
-    dist = distribute.make(config.runtime.strategy)
+    dist = dist or distribute.make(config.runtime.strategy)
     select = config.train.select_metric
     per_fold = []
     for fold in config.cv.folds:
@@ -119,8 +123,9 @@ def markdown(summary: dict[str, Any]) -> str:
     cells = ["mean ± std"] + ([""] if grid else [])
     cells += [f"{summary['mean'][n]:.4f} ± {summary['std'][n]:.4f}" for n in names]
     lines.append("| " + " | ".join(cells) + " |")
-    title = (f"Test metrics, {summary['loss']['name']} {summary['loss']['params'] or ''}, selected on "
-             f"validation {summary['select_metric']} ({summary['data_dir']})")
+    params = ", ".join(f"{k}={v}" for k, v in summary["loss"]["params"].items())
+    title = (f"Test metrics, {summary['loss']['name']}({params}), selected on validation "
+             f"{summary['select_metric']} ({summary['data_dir']})")
     return title + "\n\n" + "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ batches a single worker would.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import os
@@ -30,10 +31,11 @@ import tensorflow as tf
 from trainer.config import DataConfig
 
 EVAL_BATCH_SIZE = 64
+SHUFFLE_BUFFER_LISTS = 4096  # a full shuffle up to this many training lists, a windowed one beyond
 
 # The demo set: 40 features, graded labels 0..4, about 40 documents per query. Sized so that
 # `python -m trainer` trains for a minute or two on a laptop CPU.
-DEMO_DATA = {"num_queries": 1500, "docs_per_query": 40, "num_features": 40, "noise": 0.5, "seed": 0}
+DEMO_DATA = {"num_queries": 4000, "docs_per_query": 40, "num_features": 40, "noise": 0.5, "seed": 0}
 
 # LETOR sets kept as their five parts; fold k trains on parts k, k+1, k+2, validates on k+3 and tests
 # on k+4 (mod 5), as in the original distributions (see ../shared/data/README.md).
@@ -55,7 +57,7 @@ class Splits:
 
 def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
     """Returns the `Splits` of `config`, generating and converting into the cache as needed."""
-    from tfapprox.data import find_split_files
+    from tfapprox.data import describe, find_split_files
 
     cache = Path(config.cache_dir)
     if config.train is not None:
@@ -72,17 +74,20 @@ def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
             found = _demo_splits(cache, {**DEMO_DATA, **config.synthetic}, print_fn)
         sources = {split: [str(found[split])] if split in found else None
                    for split in ("train", "vali", "test")}
-    num_features = config.num_features or _num_features(sources)
-    converted = {
-        split: (_as_records(paths, num_features, cache, print_fn) if paths else None)
-        for split, paths in sources.items()
-    }
+    sources = {split: paths for split, paths in sources.items() if paths}
+    records = {split: _as_records(paths, config.num_features, cache, print_fn)
+               for split, paths in sources.items()}
+    widths = {split: describe(files).num_features for split, files in records.items()}
+    num_features = config.num_features or max(widths.values())
+    for split, width in widths.items():
+        if width != num_features:  # sparse text whose highest feature index differs by split
+            records[split] = _as_records(sources[split], num_features, cache, print_fn)
     return Splits(
-        train=converted["train"],
-        vali=converted["vali"],
-        test=converted["test"],
+        train=records["train"],
+        vali=records["vali"],
+        test=records.get("test"),
         num_features=num_features,
-        num_train_lists=_count_lists(converted["train"], num_features),
+        num_train_lists=_count_lists(records["train"], num_features),
     )
 
 
@@ -98,6 +103,7 @@ def train_dataset(splits: Splits, batch_size: int, list_size: int | None, *,
     dataset = ranking_dataset(
         splits.train, batch_size, list_size, shuffle=True, seed=epoch_seed,
         num_features=splits.num_features,
+        shuffle_buffer_size=min(max(splits.num_train_lists, 1), SHUFFLE_BUFFER_LISTS),
     )
     num_batches = -(-splits.num_train_lists // batch_size)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
@@ -159,27 +165,40 @@ def _demo_splits(cache: Path, params: dict[str, Any], print_fn: Printer) -> dict
     return {split: target / f"{split}.txt" for split in ("train", "vali", "test")}
 
 
-def _num_features(sources: dict[str, list[str] | None]) -> int:
-    from tfapprox.data import describe
+def _as_records(patterns: list[str], num_features: int | None, cache: Path,
+                print_fn: Printer) -> list[str]:
+    """Returns TFRecord files for `patterns`, converting LETOR text into the cache once.
 
-    widths = {split: describe(paths).num_features for split, paths in sources.items() if paths}
-    return max(widths.values())
+    The cache entry is keyed by the text files' paths, sizes and mtimes and `num_features` (None:
+    the largest feature index in the files).
+    """
+    from tfapprox.data import convert
+    from tfapprox.data.dataset import inspect_file
 
-
-def _as_records(patterns: list[str], num_features: int, cache: Path, print_fn: Printer) -> list[str]:
-    """Returns TFRecord files for `patterns`, converting LETOR text into the cache once."""
-    from tfapprox.data import convert, describe
-
-    info = describe(patterns, num_features)
-    if info.kind != "letor":
-        return [str(f) for f in info.files]
-    stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in info.files]
+    files = _expand(patterns)
+    if inspect_file(files[0]).kind != "letor":
+        return [str(f) for f in files]
+    stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
     target = cache / "records" / _key({"files": stats, "num_features": num_features})
-    if not (target / "spec.json").exists():
-        names = ", ".join(f.name for f in info.files)
+    if not target.exists():
+        names = ", ".join(f.name for f in files)
         print_fn(f"Converting {names} to TFRecords in {target}")
-        _publish(target, lambda tmp: convert(info.files, tmp, num_features=num_features))
+        _publish(target, lambda tmp: convert(files, tmp, num_features=num_features))
     return [str(p) for p in sorted(target.glob("*.tfrecord"))]
+
+
+def _expand(patterns: list[str]) -> list[Path]:
+    """Returns the files named by `patterns`: files, globs, or directories of *.tfrecord shards."""
+    files = []
+    for pattern in patterns:
+        if os.path.isdir(pattern):
+            matched = sorted(Path(pattern).glob("*.tfrecord"))
+        else:
+            matched = [Path(m) for m in sorted(glob.glob(pattern)) if os.path.isfile(m)]
+        if not matched:
+            raise FileNotFoundError(f"no data files match {pattern!r}")
+        files.extend(matched)
+    return files
 
 
 def _count_lists(files: list[str], num_features: int) -> int:

@@ -16,9 +16,13 @@ from typing import Callable
 
 import tensorflow as tf
 
+from trainer.checkpoint import CheckpointError
+
 
 @dataclasses.dataclass
 class Distribution:
+    """A strategy and this process's place in it."""
+
     strategy: tf.distribute.Strategy
     name: str
     is_chief: bool
@@ -42,7 +46,7 @@ class Distribution:
             return
         gathered = self.strategy.gather(tf.constant([value], tf.int64), axis=0).numpy().tolist()
         if len(set(gathered)) > 1:
-            raise RuntimeError(
+            raise CheckpointError(
                 f"workers disagree on {what}: {gathered} (worker order). Every worker reads the "
                 "chief's checkpoint, so --run-dir must be on a filesystem that all workers share."
             )

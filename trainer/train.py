@@ -75,6 +75,8 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
     policy = _set_precision(config.runtime.mixed_precision)
     keras.utils.set_random_seed(config.train.seed)
     splits = data.resolve(config.data, print_fn=say)
+    if config.runtime.jit and config.data.list_size is None:
+        say("Note: with --jit and no --list-size, XLA compiles once per padded list length")
     run_dir = Path(config.train.run_dir)
     built = _build(config, splits.num_features, dist)
     state, best_weights = _start_or_resume(config, run_dir, fresh, built, splits, dist, say)
@@ -160,7 +162,7 @@ def _start_or_resume(config: Config, run_dir: Path, fresh: bool, built: Built,
     restored = None if fresh else checkpoint.load(run_dir)
     fingerprint = _fingerprint(config)
     if restored is not None and restored.state.fingerprint != fingerprint:
-        raise RuntimeError(_mismatch_message(run_dir, config))
+        raise checkpoint.CheckpointError(_mismatch_message(run_dir, config))
     dist.check_same("the epoch to resume from", restored.state.epoch if restored else 0)
     if dist.is_chief:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -240,6 +242,17 @@ def export(eval_model: keras.Model, config: Config, num_features: int) -> Path:
         eval_model, config.export.base_dir, config.export.name, num_features,
         version=config.export.version,
     ))
+
+
+def check_components(config: Config) -> None:
+    """Builds the configured loss and metrics once; raises ValueError naming a bad name or parameter."""
+    from tfapprox import losses
+
+    try:
+        losses.get(config.loss.name, **config.loss.params)
+    except TypeError as err:
+        raise ValueError(f"loss {config.loss.name!r} does not take {config.loss.params}: {err}") from None
+    _metrics(_eval_metric_names(config), config)
 
 
 def summary_table(results: dict[str, Any], config: Config) -> str:

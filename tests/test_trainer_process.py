@@ -1,0 +1,208 @@
+"""`python -m trainer` as separate processes: killed and resumed, and two workers on 127.0.0.1."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from trainer import checkpoint
+
+# Two workers take the same global steps as one process (120 training lists, 24 per step); against
+# one replica they differ through batch-norm statistics, computed per replica over half a batch.
+MULTI_WORKER_TOLERANCE = 0.05  # absolute, on validation and test NDCG@5 and MAP (40 queries each)
+
+
+def write_config(tmp_path, num_queries=40, batch_size=8, **train):
+    values = {
+        "data": {"synthetic": {"num_queries": num_queries, "docs_per_query": 10, "num_features": 8},
+                 "cache_dir": str(tmp_path / "cache")},
+        "model": {"preset": "B64"},
+        "optimizer": {"name": "adam", "learning_rate": 0.01},
+        "train": {"batch_size": batch_size, "patience": 0, **train},
+        "export": {"enabled": False},
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def trainer_command(*args):
+    return [sys.executable, "-m", "trainer", "train", *args]
+
+
+def run_env(**extra):
+    env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
+    return {**env, **extra}
+
+
+def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
+    epochs = 8
+    config = write_config(tmp_path, epochs=epochs)
+    run_dir = tmp_path / "run"
+    command = trainer_command("--config", str(config), "--run-dir", str(run_dir))
+    process = subprocess.Popen(command, cwd=tmp_path, env=run_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            state = checkpoint.load(run_dir).state if checkpoint.path_in(run_dir).exists() else None
+            if state is not None and state.epoch >= 2:
+                break
+            assert process.poll() is None, f"the run ended before it was killed:\n{process.stderr.read()}"
+            assert time.monotonic() < deadline, "no checkpoint of epoch 2 within 300 s"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == -signal.SIGKILL
+    at_kill = checkpoint.load(run_dir).state
+    assert 2 <= at_kill.epoch < epochs, "the kill must land mid-run"
+
+    rerun = subprocess.run(command, cwd=tmp_path, env=run_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"Resuming {run_dir} after epoch {at_kill.epoch}" in rerun.stdout
+    assert f"Epoch {at_kill.epoch + 1}/{epochs}" in rerun.stdout
+    assert f"Epoch {at_kill.epoch}/{epochs}" not in rerun.stdout  # nothing done twice
+
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["epochs_run"] == epochs and len(results["history"]) == epochs
+    assert results["history"][: at_kill.epoch] == at_kill.history
+    assert "| ndcg@5 |" in rerun.stdout
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+# Runs the trainer in one process on two replicas: MirroredStrategy over two logical CPU devices.
+TWO_LOCAL_REPLICAS = """
+import sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from trainer import distribute, train
+from trainer.__main__ import _resolve, parse_args
+config = _resolve(parse_args(sys.argv[1:]))
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+train.train(config, dist=distribute.Distribution(strategy, "mirrored", True, 0, 1))
+"""
+
+
+def test_two_workers_match_one_worker(tmp_path):
+    """Two worker processes on 127.0.0.1 against one process, on 200 generated queries.
+
+    The workers split each global batch of 24 lists; together they take exactly the steps of one
+    process with two replicas (checked to 1e-4). Against one replica they differ only through
+    batch-norm statistics, computed per replica over half a batch: equal within
+    MULTI_WORKER_TOLERANCE.
+    """
+    config = write_config(tmp_path, num_queries=200, epochs=4, batch_size=24)
+    common = ["--config", str(config)]
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    commands = {}
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        commands[f"worker{index}"] = (
+            trainer_command(*common, "--run-dir", str(tmp_path / "two_workers"),
+                            "--strategy", "multi_worker"),
+            run_env(TF_CONFIG=json.dumps(tf_config)))
+    commands["one_replica"] = (trainer_command(*common, "--run-dir", str(tmp_path / "one_replica")),
+                               run_env())
+    commands["two_replicas"] = (
+        [sys.executable, "-c", TWO_LOCAL_REPLICAS, "train", *common, "--run-dir",
+         str(tmp_path / "two_replicas")], run_env())
+    processes = {name: subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+                 for name, (command, env) in commands.items()}
+    outputs = {}
+    try:
+        for name, process in processes.items():
+            outputs[name] = process.communicate(timeout=600)[0]
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    for name, process in processes.items():
+        assert process.returncode == 0, (name, outputs.get(name, "")[-4000:])
+    assert "| ndcg@5 |" in outputs["worker0"] and "| ndcg@5 |" not in outputs["worker1"]
+
+    results = {name: json.loads((tmp_path / name / "results.json").read_text())
+               for name in ("two_workers", "one_replica", "two_replicas")}
+    two = results["two_workers"]
+    assert (two["strategy"], two["num_replicas"]) == ("multi_worker", 2)
+    for split in ("validation", "test"):
+        assert two[split] == pytest.approx(results["two_replicas"][split], abs=1e-4)
+        for metric in ("ndcg@5", "map"):
+            assert two[split][metric] == pytest.approx(
+                results["one_replica"][split][metric], abs=MULTI_WORKER_TOLERANCE), (split, metric)
+
+
+# One training step of two replicas on a batch whose halves are identical (so both replicas see
+# the statistics of the whole batch) must equal one step of one replica: the loss must be scaled by
+# 1/replicas before gradients are summed across replicas, as keras.losses.Loss does.
+SAME_STEP = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from tfapprox import losses
+from trainer import config as config_lib, distribute, train
+
+rng = np.random.default_rng(0)
+labels = rng.integers(0, 3, (4, 6)).astype("float32")
+labels[:, -1] = -1.0
+features = rng.random((4, 6, 5)).astype("float32")
+# replica 0 takes lists 0-3, replica 1 lists 4-7: the same four lists
+inputs = {"features": np.concatenate([features, features]), "mask": np.concatenate([labels, labels]) >= 0}
+labels = np.concatenate([labels, labels])
+weights, after = None, {}
+for name in sys.argv[1:]:
+    values = config_lib.load_dict("demo")
+    config_lib.apply_overrides(values, {"loss.name": name, "loss.params": {}, "model.preset": "B64",
+                                        "optimizer.name": "adagrad", "optimizer.learning_rate": 0.1})
+    config = config_lib.Config.from_dict(values)
+    for label, strategy in (("one", tf.distribute.get_strategy()),
+                            ("two", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
+        dist = distribute.Distribution(strategy, "default" if label == "one" else "mirrored", True, 0, 1)
+        keras.utils.set_random_seed(0)
+        model = train._build(config, 5, dist).model
+        if weights is None:
+            weights = model.get_weights()
+        model.set_weights(weights)
+        dataset = tf.data.Dataset.from_tensors((inputs, labels))
+        if label == "two":
+            dataset = strategy.experimental_distribute_dataset(dataset)
+        model.fit(dataset, epochs=1, verbose=0)
+        after[(name, label)] = model.get_weights()
+    gaps = [float(np.max(np.abs(a - b))) for a, b in zip(after[(name, "one")], after[(name, "two")])]
+    print(json.dumps({"loss": name, "max_weight_gap": max(gaps)}))
+"""
+
+
+def test_two_replicas_take_the_step_of_one(tmp_path):
+    done = subprocess.run([sys.executable, "-c", SAME_STEP, "approx_ndcg", "ranknet"], cwd=tmp_path,
+                          env=run_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    gaps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [g["loss"] for g in gaps] == ["approx_ndcg", "ranknet"]
+    for gap in gaps:
+        assert gap["max_weight_gap"] < 1e-6, gap

@@ -1,0 +1,245 @@
+"""End-to-end trainer runs in this process, on tiny generated data (a few seconds each)."""
+
+import json
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfapprox import losses
+from tfapprox.data import synthetic
+from trainer import checkpoint, config as config_lib, cv, train
+from trainer.__main__ import main
+
+from conftest import SHARED_DATA
+
+TINY_DATA = {"num_queries": 40, "docs_per_query": 10, "num_features": 8}
+
+
+def tiny_config(tmp_path, cache_dir, **overrides):
+    """Returns a config that trains B64 on 24 generated queries in about a second per epoch."""
+    values = config_lib.load_dict("demo")
+    config_lib.apply_overrides(values, {
+        "data.synthetic": TINY_DATA,
+        "data.cache_dir": str(cache_dir),
+        "model.preset": "B64",
+        "optimizer.name": "adam",
+        "optimizer.learning_rate": 0.01,
+        "train.batch_size": 8,
+        "train.epochs": 2,
+        "train.patience": 0,
+        "train.run_dir": str(tmp_path / "run"),
+        "export.base_dir": str(tmp_path / "saved_models"),
+        **overrides,
+    })
+    return config_lib.Config.from_dict(values)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cache_dir):
+    """One finished two-epoch run: `(config, results, printed lines)`."""
+    tmp_path = tmp_path_factory.mktemp("trained")
+    config = tiny_config(tmp_path, cache_dir)
+    printed = []
+    results = train.train(config, print_fn=printed.append)
+    return config, results, printed
+
+
+def without_timings(history):
+    return [{k: v for k, v in logs.items() if k != "epoch_seconds"} for logs in history]
+
+
+def test_a_run_reports_selects_and_exports(trained):
+    config, results, printed = trained
+    assert results["epochs_run"] == 2 and len(results["history"]) == 2
+    expected = ["ndcg@5", "ndcg@1", "ndcg@10", "map", "p@10", "mrr", "approx_ndcg@5", "loss"]
+    assert list(results["validation"]) == expected
+    assert list(results["test"]) == expected
+    for split in ("validation", "test"):
+        assert all(np.isfinite(v) for v in results[split].values())
+        assert 0.0 < results[split]["ndcg@5"] <= 1.0
+    # the restored weights are the selected epoch's: same validation value as logged then
+    best = results["history"][results["best_epoch"] - 1]
+    assert results["validation"]["ndcg@5"] == pytest.approx(best["val_ndcg@5"], abs=1e-6)
+    assert best["val_ndcg@5"] == max(h["val_ndcg@5"] for h in results["history"])
+    for logs in results["history"]:
+        assert logs["val_approx_gap"] == pytest.approx(logs["val_approx_ndcg@5"] - logs["val_ndcg@5"])
+
+    run_dir = Path(config.train.run_dir)
+    assert json.loads((run_dir / "results.json").read_text())["best_epoch"] == results["best_epoch"]
+    assert json.loads((run_dir / "config.json").read_text())["data"]["num_features"] == 8
+    assert checkpoint.load(run_dir).state.epoch == 2
+    export_path = Path(results["export_path"])
+    assert export_path.parent == Path(config.export.base_dir) / "tfapprox_demo"
+    assert (export_path / "saved_model.pb").is_file()
+
+    summary = "\n".join(printed)
+    assert "best validation ndcg@5 at epoch" in summary
+    assert "| ndcg@5 | " in summary and f"Exported {export_path}" in summary
+
+
+def test_tensorboard_logs_hold_metrics_and_the_approximation_gap(trained):
+    config, _, _ = trained
+    tags = {}
+    for split in ("train", "validation"):
+        (event_file,) = (Path(config.train.run_dir) / "logs" / split).glob("events.out.tfevents.*")
+        tags[split] = {(value.tag, event.step)
+                       for event in tf.compat.v1.train.summary_iterator(str(event_file))
+                       for value in event.summary.value}
+    for tag in ("loss", "ndcg@5", "approx_ndcg@5", "approx_gap"):
+        assert {(tag, 1), (tag, 2)} <= tags["train"]
+    for tag in ("loss", "ndcg@5", "map", "mrr", "approx_ndcg@5", "approx_gap"):
+        assert {(tag, 1), (tag, 2)} <= tags["validation"]
+
+
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path, cache_dir):
+    """Two epochs, stop, two more: the same weights, optimizer state and history as four at once."""
+    common = {"model.dropout": 0.3, "data.list_size": 8, "export.enabled": False}
+    interrupted = tiny_config(tmp_path / "a", cache_dir, **common)
+    train.train(interrupted)
+    printed = []
+    resumed = train.train(tiny_config(tmp_path / "a", cache_dir, **common, **{"train.epochs": 4}),
+                          print_fn=printed.append)
+    assert any("Resuming" in line and "after epoch 2" in line for line in printed)
+    straight = train.train(tiny_config(tmp_path / "b", cache_dir, **common, **{"train.epochs": 4}))
+
+    assert without_timings(resumed["history"]) == without_timings(straight["history"])
+    a = checkpoint.load(tmp_path / "a" / "run")
+    b = checkpoint.load(tmp_path / "b" / "run")
+    for group in ("model", "optimizer", "best"):
+        for x, y in zip(getattr(a, group), getattr(b, group), strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_a_changed_config_does_not_resume(trained, cache_dir):
+    config, _, _ = trained
+    values = config.to_dict()
+    config_lib.apply_overrides(values, {"loss.name": "ranknet", "loss.params": {}, "train.epochs": 3})
+    with pytest.raises(RuntimeError, match=r"loss.name: 'approx_ndcg' -> 'ranknet'.*--fresh"):
+        train.train(config_lib.Config.from_dict(values))
+
+
+def test_evaluate_and_export_commands(trained, tmp_path, capsys):
+    config, results, _ = trained
+    run_dir = config.train.run_dir
+    assert main(["evaluate", "--run-dir", run_dir]) == 0
+    evaluation = json.loads((Path(run_dir) / "evaluation.json").read_text())
+    for split in ("validation", "test"):
+        assert evaluation[split] == pytest.approx(results[split], abs=1e-6)
+    assert "| ndcg@5 |" in capsys.readouterr().out
+
+    assert main(["export", "--run-dir", run_dir, "--export-dir", str(tmp_path), "--version", "7"]) == 0
+    assert (tmp_path / "tfapprox_demo" / "7" / "saved_model.pb").is_file()
+
+
+def test_evaluate_needs_a_trained_run(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--run-dir", str(tmp_path / "nothing")])
+
+
+def test_mirrored_strategy_matches_default(tmp_path, cache_dir):
+    results = {}
+    for strategy in ("default", "mirrored"):
+        config = tiny_config(tmp_path / strategy, cache_dir, **{
+            "runtime.strategy": strategy, "train.epochs": 1, "export.enabled": False})
+        results[strategy] = train.train(config)
+    assert results["mirrored"]["num_replicas"] == 1
+    assert results["mirrored"]["validation"] == pytest.approx(results["default"]["validation"], abs=1e-5)
+
+
+def test_mixed_precision_and_jit(tmp_path, cache_dir):
+    config = tiny_config(tmp_path, cache_dir, **{
+        "runtime.mixed_precision": True, "runtime.jit": True, "data.list_size": 12,
+        "train.epochs": 1, "export.enabled": False})
+    results = train.train(config)
+    expected = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+    assert results["precision_policy"] == expected
+    assert all(np.isfinite(v) for v in results["validation"].values())
+    assert keras.config.dtype_policy().name == "float32"  # restored for whoever runs next
+
+
+LOSS_PARAMS = {"approx_precision": {"k": 5}, "approx_ndcg": {"alpha": 5.0, "beta": 2.0}}
+
+
+@pytest.mark.parametrize("name", sorted(losses.LOSSES))
+def test_every_loss_compiles_and_steps_by_name(tmp_path, name):
+    """The config's loss name and parameters reach the compiled model (one step on one batch)."""
+    from trainer import distribute
+
+    config = tiny_config(tmp_path, tmp_path, **{"loss.name": name, "loss.params": LOSS_PARAMS.get(name, {})})
+    built = train._build(config, 4, distribute.make("default"))
+    assert type(built.model.loss) is losses.LOSSES[name]
+    for param, value in LOSS_PARAMS.get(name, {}).items():
+        assert built.model.loss.get_config()[param] == value
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, (4, 6)).astype("float32")
+    labels[:, -1] = -1.0
+    inputs = {"features": rng.random((4, 6, 4)).astype("float32"), "mask": labels >= 0}
+    logs = built.model.fit(inputs, labels, batch_size=4, epochs=1, verbose=0).history
+    assert np.isfinite(logs["loss"][0])
+
+
+def write_letor_parts(directory, num_queries=40, num_features=6):
+    """Writes S1.txt..S5.txt: one generated set cut into five parts of whole queries."""
+    directory.mkdir(parents=True, exist_ok=True)
+    queries = list(synthetic.generate(num_queries, 8, num_features, seed=1))
+    for part in range(5):
+        lines = []
+        for query in queries[part::5]:
+            for label, row in zip(query.labels, query.features):
+                values = " ".join(f"{j + 1}:{v:.6f}" for j, v in enumerate(row))
+                lines.append(f"{int(label)} qid:{query.qid} {values}\n")
+        (directory / f"S{part + 1}.txt").write_text("".join(lines))
+    return directory
+
+
+def test_cv_over_a_grid_selects_on_validation(tmp_path, cache_dir):
+    data_dir = write_letor_parts(tmp_path / "letor")
+    values = tiny_config(tmp_path, cache_dir, **{"train.epochs": 1}).to_dict()
+    config_lib.apply_overrides(values, {
+        "data.synthetic": {}, "data.dir": str(data_dir), "cv.folds": [1, 2],
+        "cv.grid": {"loss.params.alpha": [2.0, 20.0]}, "cv.out_dir": str(tmp_path / "cv"),
+    })
+    config = config_lib.Config.from_dict(values)
+    printed = []
+    summary = cv.run(config, print_fn=printed.append)
+
+    assert [f["fold"] for f in summary["folds"]] == [1, 2]
+    for fold in summary["folds"]:
+        scores = {g["params"]["loss.params.alpha"]: g["validation_ndcg@5"] for g in fold["grid"]}
+        assert fold["params"]["loss.params.alpha"] == max(scores, key=scores.get)
+        assert fold["validation"]["ndcg@5"] == pytest.approx(max(scores.values()))
+        assert Path(fold["run_dir"]).parent == tmp_path / "cv" / f"Fold{fold['fold']}"
+    test_ndcg = [f["test"]["ndcg@5"] for f in summary["folds"]]
+    assert summary["mean"]["ndcg@5"] == pytest.approx(np.mean(test_ndcg))
+    assert summary["std"]["ndcg@5"] == pytest.approx(np.std(test_ndcg, ddof=1))
+
+    written = json.loads((tmp_path / "cv" / "cv_results.json").read_text())
+    assert written["mean"] == pytest.approx(summary["mean"])
+    table = (tmp_path / "cv" / "cv_results.md").read_text()
+    assert "| Fold1 |" in table and "| mean ± std |" in table
+
+    # Rerunning finds every run trained and gives the same table.
+    again = cv.run(config, print_fn=printed.append)
+    assert again["mean"] == pytest.approx(summary["mean"])
+    assert sum("already trained" in line for line in printed) == 4
+
+
+@pytest.mark.data
+def test_cv_on_ohsumed_fold1(tmp_path, cache_dir):
+    values = config_lib.load_dict("ohsumed")
+    config_lib.apply_overrides(values, {
+        "data.dir": str(SHARED_DATA / "OHSUMED"), "data.cache_dir": str(cache_dir),
+        "train.epochs": 1, "cv.folds": [1], "cv.out_dir": str(tmp_path / "cv"),
+    })
+    summary = cv.run(config_lib.Config.from_dict(values), print_fn=lambda _: None)
+    (fold,) = summary["folds"]
+    assert 0.0 < fold["test"]["ndcg@5"] < 1.0
+    assert (tmp_path / "cv" / "cv_results.md").is_file()

@@ -58,7 +58,7 @@ def test_ideal_positions_and_label_consistent_permutation():
                                   [[2, 1, 2, 4]])
     keys = np.array([[0.2, 0.5, 0.9, 0.1]], np.float32)
     np.testing.assert_array_equal(
-        to_numpy(rank_ops.permutation_positions(labels, mask, keys)), [[3, 1, 2, 4]])
+        to_numpy(rank_ops.plackett_luce_order(labels, mask, keys)), [[1, 2, 0, 3]])
 
 
 def test_standardize_masks_padding_and_squeezes_scores():

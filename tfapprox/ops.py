@@ -170,31 +170,36 @@ def tie_breaking_keys(scores, mask, seed):
     return noise - ops.floor(noise)
 
 
-def permutation_positions(labels, mask, keys):
-    """Returns 1-based positions in the label-consistent permutation y (labels descending).
+def plackett_luce_order(labels, mask, keys):
+    """Returns the indices that sort each list into the label-consistent permutation y.
 
-    Documents with equal labels are ordered by descending `keys`; remaining exact ties keep list
-    order. Padded slots come after every real document.
+    Labels descending; documents with equal labels by descending `keys`; remaining exact ties in
+    list order; padded slots after every real document. Two stable argsorts (TensorFlow's goes
+    through top_k, which keeps equal entries in order; jnp.argsort is stable): O(L log L).
     """
-    list_size = ops.shape(labels)[1]
-    index = ops.arange(list_size)
-    earlier = ops.expand_dims(ops.expand_dims(index, 0) < ops.expand_dims(index, 1), 0)
-    l_x, l_y = ops.expand_dims(labels, 2), ops.expand_dims(labels, 1)
-    k_x, k_y = ops.expand_dims(keys, 2), ops.expand_dims(keys, 1)
-    same_label = ops.equal(l_y, l_x)
-    ahead = ops.logical_or(
-        ops.greater(l_y, l_x),
-        ops.logical_and(same_label, ops.logical_or(
-            ops.greater(k_y, k_x), ops.logical_and(ops.equal(k_y, k_x), earlier))))
-    ahead = ops.logical_and(ahead, ops.expand_dims(mask, 1))
-    return 1.0 + ops.sum(ops.cast(ahead, COMPUTE_DTYPE), axis=-1)
+    by_key = ops.argsort(-keys, axis=-1)
+    sort_labels = ops.where(mask, labels, float("-inf"))
+    labels_by_key = ops.take_along_axis(sort_labels, by_key, axis=-1)
+    return ops.take_along_axis(by_key, ops.argsort(-labels_by_key, axis=-1), axis=-1)
 
 
-def masked_logsumexp(values, include):
-    """Returns log Σ_{j: include[..., j]} exp(values[..., j]) over the last axis, stably.
+def _add_exp(a, b):
+    """Returns the pair (m, z), meaning ln z + m, of the log-sum-exp of two such pairs."""
+    (m1, z1), (m2, z2) = a, b
+    top = ops.maximum(m1, m2)
+    return top, z1 * ops.exp(m1 - top) + z2 * ops.exp(m2 - top)
 
-    `include` must select at least one entry of every row that is read; other rows give a finite
-    value that callers ignore.
+
+def suffix_logsumexp_minus_self(scores, mask):
+    """Returns ln Σ_{i ≥ p, i real} e^{s_i} − s_p at each real position p, and 0 on padded ones.
+
+    One reverse associative scan over (running max, rescaled sum) pairs, O(L) work: every
+    exponent is ≤ 0 and every sum ≥ 1 on real positions, so score gaps of 1e4 give finite values
+    and gradients. The running max carries no gradient; it cancels out of the result.
     """
-    lowest = ops.cast(-1e30, values.dtype)
-    return ops.logsumexp(ops.where(include, values, lowest), axis=-1)
+    fixed = ops.stop_gradient(scores)
+    lowest = ops.min(ops.where(mask, fixed, float("inf")), axis=-1, keepdims=True)
+    lowest = ops.where(ops.isfinite(lowest), lowest, 0.0)  # a list without real documents
+    pairs = (ops.where(mask, fixed, lowest), ops.where(mask, ops.exp(scores - fixed), 0.0))
+    top, total = ops.associative_scan(_add_exp, pairs, reverse=True, axis=1)
+    return ops.where(mask, (top - scores) + ops.log(ops.where(mask, total, 1.0)), 0.0)

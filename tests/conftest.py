@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import subprocess
 
 import numpy as np
 import pytest
@@ -25,6 +26,15 @@ def random_batch(rng, batch=4, list_size=8, max_label=4, pad_fraction=0.2, disti
     else:
         scores = rng.normal(size=(batch, list_size)).astype(np.float32)
     return labels, scores
+
+
+@pytest.fixture(scope="session")
+def letor_folds(tmp_path_factory):
+    """MQ2008 and OHSUMED in the standard FoldN/{train,vali,test}.txt layout (make_folds.sh)."""
+    root = tmp_path_factory.mktemp("letor")
+    for name in ("MQ2008", "OHSUMED"):
+        subprocess.run([str(SHARED_DATA / "make_folds.sh"), name, str(root / name)], check=True)
+    return root
 
 
 @pytest.fixture

@@ -308,29 +308,21 @@ def test_tfranking_per_feature_records_are_detected(tmp_path, rng):
 # --------------------------------------------------------------------------------------------------
 # Real data (../shared/data)
 # --------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def real_folds(tmp_path_factory):
-    root = tmp_path_factory.mktemp("letor")
-    for name in ("MQ2008", "OHSUMED"):
-        subprocess.run([str(SHARED_DATA / "make_folds.sh"), name, str(root / name)], check=True)
-    return root
-
-
 @pytest.mark.data
 @requires_data
 @pytest.mark.parametrize("name,num_features,num_queries,num_docs",
                          [("MQ2008", 46, 784, 15211), ("OHSUMED", 45, 106, 16140)])
-def test_real_data_round_trip(tmp_path, real_folds, name, num_features, num_queries, num_docs):
-    specs = converter.convert_tree(real_folds / name / "Fold1", tmp_path / "out")
+def test_real_data_round_trip(tmp_path, letor_folds, name, num_features, num_queries, num_docs):
+    specs = converter.convert_tree(letor_folds / name / "Fold1", tmp_path / "out")
     assert sorted(specs) == ["test", "train", "vali"]
     assert sum(s["num_lists"] for s in specs.values()) == num_queries
     assert sum(s["num_docs"] for s in specs.values()) == num_docs
     for split, spec in specs.items():
-        queries = list(letor.read_queries(real_folds / name / "Fold1" / f"{split}.txt"))
+        queries = list(letor.read_queries(letor_folds / name / "Fold1" / f"{split}.txt"))
         assert spec["num_features"] == num_features
         got = lists_of(dataset.ranking_dataset(tmp_path / "out" / split, 32, shuffle=False))
         assert_lists_equal(got, queries)  # every label and feature, list by list, in order
-    sharded = converter.convert(real_folds / name / "Fold1" / "train.txt", tmp_path / "sharded", num_shards=4)
+    sharded = converter.convert(letor_folds / name / "Fold1" / "train.txt", tmp_path / "sharded", num_shards=4)
     assert sharded["num_docs"] == specs["train"]["num_docs"]
     got = lists_of(dataset.ranking_dataset(tmp_path / "sharded", 16, seed=2))
     assert sorted(signature(*x) for x in got) == sorted(signature(*x) for x in lists_of(
@@ -339,8 +331,8 @@ def test_real_data_round_trip(tmp_path, real_folds, name, num_features, num_quer
 
 @pytest.mark.data
 @requires_data
-def test_real_fold_tree_conversion_counts(tmp_path, real_folds):
-    specs = converter.convert_tree(real_folds / "MQ2008", tmp_path / "out")
+def test_real_fold_tree_conversion_counts(tmp_path, letor_folds):
+    specs = converter.convert_tree(letor_folds / "MQ2008", tmp_path / "out")
     assert len(specs) == 15
     for fold in range(1, 6):
         split_specs = [specs[f"Fold{fold}/{split}"] for split in ("train", "vali", "test")]

@@ -3,7 +3,6 @@
 import gzip
 import pathlib
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -224,14 +223,6 @@ def test_fold_layout_errors(tmp_path):
     write(tmp_path / "Fold1" / "train.txt", "0 qid:1 1:1\n")
     with pytest.raises(FileNotFoundError, match=r"Fold1: no test/vali file"):
         letor.find_folds(tmp_path)
-
-
-@pytest.fixture(scope="module")
-def letor_folds(tmp_path_factory):
-    root = tmp_path_factory.mktemp("letor")
-    for name in ("MQ2008", "OHSUMED"):
-        subprocess.run([str(SHARED_DATA / "make_folds.sh"), name, str(root / name)], check=True)
-    return root
 
 
 @pytest.mark.data

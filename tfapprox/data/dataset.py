@@ -10,7 +10,7 @@ import glob
 import os
 import re
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import tensorflow as tf

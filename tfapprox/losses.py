@@ -114,11 +114,7 @@ def _list_weights(sample_weight, per_list_loss):
     return weights
 
 
-def _serializable(cls):
-    return keras.saving.register_keras_serializable(package="tfapprox")(cls)
-
-
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class ApproxNDCGLoss(RankingLoss):
     """−ApproxNDCG (Qin et al. eq. 21): NDCG with the smooth positions of eq. 20.
 
@@ -172,7 +168,7 @@ class _BinaryRelevanceLoss(RankingLoss):
                 "relevance_threshold": self.relevance_threshold}
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class ApproxAPLoss(_BinaryRelevanceLoss):
     """−ApproxAP (Qin et al. eq. 22): average precision with smooth positions and truncations.
 
@@ -192,7 +188,7 @@ class ApproxAPLoss(_BinaryRelevanceLoss):
         return -measures.average_precision(relevance, positions), has_relevant
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class ApproxPrecisionLoss(_BinaryRelevanceLoss):
     """−Approx P@k (Qin et al. eq. 13 with the smooth truncation of §4.2).
 
@@ -214,14 +210,14 @@ class ApproxPrecisionLoss(_BinaryRelevanceLoss):
         return {**super().get_config(), "k": self.k}
 
 
-def _chen_weights(labels, mask, positions, topk):
+def _chen_weights(labels, positions, topk):
     """Returns Chen et al.'s β(x) = G(l_x)·D(pos_x)·1{pos_x ≤ C} and the normaliser N_C."""
     weights = (rank_ops.gains(labels) * rank_ops.discounts(positions)
                * rank_ops.top_k_cutoff(positions, topk))
     return weights, rank_ops.ideal_dcg(labels, topk)
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class RankNetLoss(RankingLoss):
     """RankNet: Σ_{l_i > l_j} ln(1 + e^{−(s_i − s_j)}) per list (Burges et al. 2005).
 
@@ -249,7 +245,7 @@ class RankNetLoss(RankingLoss):
         return rank_ops.safe_divide(total, normaliser), ops.any(pairs, axis=(1, 2))
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class WeightedRankNetLoss(RankNetLoss):
     """Weighted RankNet (Chen et al. 2009, §4): a tighter upper bound of 1 − NDCG@C.
 
@@ -267,13 +263,13 @@ class WeightedRankNetLoss(RankNetLoss):
         self.topk = _check_cutoff("topk", topk)
 
     def pair_weights(self, labels, mask):
-        return _chen_weights(labels, mask, rank_ops.ideal_positions(labels, mask), self.topk)
+        return _chen_weights(labels, rank_ops.ideal_positions(labels, mask), self.topk)
 
     def get_config(self):
         return {**super().get_config(), "topk": self.topk}
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class ListMLELoss(RankingLoss):
     """ListMLE (Xia et al. 2008): −log Plackett–Luce likelihood of a label-consistent permutation.
 
@@ -294,7 +290,7 @@ class ListMLELoss(RankingLoss):
             raise ValueError(f"`seed` must be an int; got {seed!r}")
         self.seed = seed
 
-    def position_weights(self, labels, mask, positions):
+    def position_weights(self, labels, positions):
         """Returns the weight of each position's term and the list normaliser, inputs in y order."""
         return ops.ones_like(labels), ops.ones_like(labels[:, 0])
 
@@ -305,7 +301,7 @@ class ListMLELoss(RankingLoss):
             ops.take_along_axis(x, order, axis=-1) for x in (labels, mask, scores))
         terms = rank_ops.suffix_logsumexp_minus_self(placed_scores, placed_mask)
         positions = ops.cumsum(ops.ones_like(placed_scores), axis=-1)  # s = 1, 2, ..., L
-        weights, normaliser = self.position_weights(placed_labels, placed_mask, positions)
+        weights, normaliser = self.position_weights(placed_labels, positions)
         has_relevant = rank_ops.count_per_list(ops.greater(labels, 0.0)) > 0
         return rank_ops.safe_divide(ops.sum(terms * weights, axis=-1), normaliser), has_relevant
 
@@ -313,7 +309,7 @@ class ListMLELoss(RankingLoss):
         return {**super().get_config(), "seed": self.seed}
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class WeightedListMLELoss(ListMLELoss):
     """Weighted ListMLE (Chen et al. 2009, §4): a tighter upper bound of 1 − NDCG@C.
 
@@ -329,8 +325,8 @@ class WeightedListMLELoss(ListMLELoss):
         super().__init__(seed=seed, reduction=reduction, name=name, dtype=dtype)
         self.topk = _check_cutoff("topk", topk)
 
-    def position_weights(self, labels, mask, positions):
-        return _chen_weights(labels, mask, positions, self.topk)
+    def position_weights(self, labels, positions):
+        return _chen_weights(labels, positions, self.topk)
 
     def get_config(self):
         return {**super().get_config(), "topk": self.topk}

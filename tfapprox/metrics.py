@@ -91,11 +91,7 @@ def _name(base, k):
     return base if k is None else f"{base}@{k}"
 
 
-def _serializable(cls):
-    return keras.saving.register_keras_serializable(package="tfapprox")(cls)
-
-
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class NDCG(RankingMetric):
     """NDCG@k = Σ_x (2^{y_x} − 1)/log2(1 + π(x))·1{π(x) ≤ k} / ideal DCG@k (k=None: whole list).
 
@@ -118,7 +114,7 @@ class NDCG(RankingMetric):
         return {**super().get_config(), "k": self.k}
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class MeanAveragePrecision(RankingMetric):
     """MAP: the mean over lists of AP = 1/|D+| Σ_{y relevant} #{relevant x: π(x) ≤ π(y)} / π(y)."""
 
@@ -130,7 +126,7 @@ class MeanAveragePrecision(RankingMetric):
         return measures.average_precision(relevance, positions)
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class PrecisionAtK(RankingMetric):
     """P@k = (1/k) Σ_x r(x)·1{π(x) ≤ k}; the divisor is k even for shorter lists (trec_eval)."""
 
@@ -149,7 +145,7 @@ class PrecisionAtK(RankingMetric):
         return {**super().get_config(), "k": self.k}
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class MeanReciprocalRank(RankingMetric):
     """MRR: the mean over lists of 1/π(first relevant document)."""
 
@@ -161,7 +157,7 @@ class MeanReciprocalRank(RankingMetric):
         return measures.reciprocal_rank(relevance, positions)
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class ApproxNDCGMetric(NDCG):
     """Monitor: ApproxNDCG(@k), the value `ApproxNDCGLoss(alpha, topk=k, beta)` maximises."""
 
@@ -170,7 +166,7 @@ class ApproxNDCGMetric(NDCG):
                          **kwargs)
 
 
-@_serializable
+@keras.saving.register_keras_serializable(package="tfapprox")
 class ApproxAPMetric(MeanAveragePrecision):
     """Monitor: ApproxAP averaged over lists, the value `ApproxAPLoss(alpha, beta)` maximises."""
 

@@ -90,6 +90,33 @@ def test_cli_convert_check_and_overwrite(tmp_path, small, capsys):
     assert "feature index 4 is above num_features=3" in capsys.readouterr().err
 
 
+def test_failed_overwrite_keeps_the_previous_set(tmp_path, small, capsys):
+    out = tmp_path / "out"
+    assert cli(["convert", str(small["paths"]["train"]), "--output", str(out), "--shards", "2"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1 qid:1 1:0.5\nx qid:1 1:0.2\n")
+    assert cli(["convert", str(bad), "--output", str(out), "--overwrite"]) == 2
+    assert "bad.txt:2: non-numeric label 'x'" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "old set intact, nothing mixed in"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "out"], "no staging left behind"
+    assert cli(["check", str(out)]) == 0
+    # A successful overwrite replaces the whole set (2 shards -> 1) and leaves nothing beside it.
+    assert cli(["convert", str(small["paths"]["vali"]), "--output", str(out), "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["part-00000-of-00001.tfrecord", "spec.json"]
+    assert converter.read_spec(out)["num_lists"] == 20
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "out"]
+
+
+def test_output_directory_with_other_files_is_refused(tmp_path, small):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.md").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"out holds notes\.md, which convert did not write"):
+        converter.convert(small["paths"]["train"], out, overwrite=True)
+    assert [p.name for p in out.iterdir()] == ["notes.md"]
+
+
 def test_cli_converts_a_fold_tree(tmp_path, capsys):
     for fold in (1, 2):
         synthetic.write_splits(tmp_path / "text" / f"Fold{fold}", 9, 5, 4, seed=fold)

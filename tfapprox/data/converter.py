@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Iterable
 
@@ -66,23 +67,82 @@ def convert(
     sizes, sources and per-shard counts. The counts are of what was written, and are checked against
     what was read (an unequal count raises ``RuntimeError``). ``workers``: text-parsing processes
     (see :func:`letor.read_queries`).
+
+    The set is written to a sibling directory and renamed into place when complete: a failed
+    conversion leaves ``output_dir`` as it was. An existing set is replaced only with ``overwrite``,
+    and a directory holding files other than shards and ``spec.json`` is refused.
     """
     if record_format not in records.RECORD_FORMATS:
         raise ValueError(f"record_format must be one of {records.RECORD_FORMATS}; got {record_format!r}")
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ValueError(f"num_shards must be a positive integer; got {num_shards!r}")
     paths = letor.as_paths(inputs)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    stale = sorted(output_dir.glob("*" + SHARD_SUFFIX)) + sorted(output_dir.glob(SPEC_NAME))
-    if stale and not overwrite:
+    output_dir = Path(os.path.abspath(output_dir))
+    previous = _previous_output(output_dir)
+    if previous and not overwrite:
         raise FileExistsError(
-            f"{output_dir} already holds {stale[0].name} (and {len(stale) - 1} more); "
+            f"{output_dir} already holds {previous[0].name} (and {len(previous) - 1} more); "
             "pass overwrite=True (--overwrite) to replace them"
         )
-    for old in stale:
-        old.unlink()
+    # The new set is written beside the output directory and swapped in only when complete, so a
+    # failed or interrupted conversion leaves the previous set as it was.
+    staging = output_dir.with_name(f".{output_dir.name}.converting-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        spec = _convert_into(
+            paths, staging, num_shards, num_features, record_format, assume_contiguous, workers
+        )
+        _swap_in(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return spec
 
+
+def _previous_output(output_dir: Path) -> list[Path]:
+    """Returns the shards and spec of an earlier conversion in ``output_dir``.
+
+    Raises FileExistsError if the directory holds anything else: it is replaced as a whole.
+    """
+    if not output_dir.exists():
+        return []
+    if not output_dir.is_dir():
+        raise FileExistsError(f"{output_dir} exists and is not a directory")
+    found = sorted(output_dir.iterdir())
+    others = [p for p in found if not _is_converter_output(p)]
+    if others:
+        raise FileExistsError(
+            f"{output_dir} holds {others[0].name}, which convert did not write (and "
+            f"{len(others) - 1} more); convert into a new or empty directory: the output directory "
+            "is replaced as a whole"
+        )
+    return found
+
+
+def _is_converter_output(path: Path) -> bool:
+    name = path.name.removesuffix(".tmp")  # ".tmp": left by an interrupted older version
+    return path.is_file() and (name == SPEC_NAME or name.endswith(SHARD_SUFFIX))
+
+
+def _swap_in(staging: Path, output_dir: Path) -> None:
+    """Renames ``staging`` to ``output_dir``, replacing (and then deleting) an existing one."""
+    if not output_dir.exists():
+        os.rename(staging, output_dir)
+        return
+    replaced = output_dir.with_name(f".{output_dir.name}.replaced-{os.getpid()}")
+    shutil.rmtree(replaced, ignore_errors=True)
+    os.rename(output_dir, replaced)
+    try:
+        os.rename(staging, output_dir)
+    except BaseException:
+        os.rename(replaced, output_dir)
+        raise
+    shutil.rmtree(replaced)
+
+
+def _convert_into(paths, output_dir, num_shards, num_features, record_format, assume_contiguous,
+                  workers) -> dict:
+    """Writes the shards and ``spec.json`` of :func:`convert` into the empty ``output_dir``."""
     workers = letor.default_workers(paths) if workers is None else workers
     names = [shard_name(i, num_shards) for i in range(num_shards)]
     try:
@@ -119,9 +179,7 @@ def convert(
             for shard in written["shards"]
         ],
     }
-    tmp = output_dir / (SPEC_NAME + ".tmp")
-    tmp.write_text(json.dumps(spec, indent=2) + "\n")
-    os.replace(tmp, output_dir / SPEC_NAME)
+    (output_dir / SPEC_NAME).write_text(json.dumps(spec, indent=2) + "\n")
     return spec
 
 
@@ -131,8 +189,7 @@ def _write_shards(queries, output_dir: Path, names: list[str], record_format: st
     shard_docs = [0] * len(names)
     labels = _LabelStats()
     list_sizes = []
-    temporary = [output_dir / (name + ".tmp") for name in names]
-    writers = [tf.io.TFRecordWriter(str(path)) for path in temporary]
+    writers = [tf.io.TFRecordWriter(str(output_dir / name)) for name in names]
     try:
         for i, query in enumerate(queries):
             shard = i % len(names)
@@ -142,15 +199,9 @@ def _write_shards(queries, output_dir: Path, names: list[str], record_format: st
             shard_docs[shard] += len(query.labels)
             list_sizes.append(len(query.labels))
             labels.add(query.labels)
-    except BaseException:
-        for writer, path in zip(writers, temporary):
+    finally:
+        for writer in writers:
             writer.close()
-            path.unlink(missing_ok=True)
-        raise
-    for writer in writers:
-        writer.close()
-    for name, path in zip(names, temporary):
-        os.replace(path, output_dir / name)
     return {
         "num_lists": sum(shard_lists),
         "num_docs": sum(shard_docs),

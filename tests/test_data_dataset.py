@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -196,17 +197,37 @@ def test_corrupt_shard_is_named(tmp_path, small):
 
 def test_shards_disagreeing_on_feature_count_are_named(tmp_path, small):
     mixed = copy_records(small["records"], tmp_path / "mixed")
-    with tf.io.TFRecordWriter(str(mixed / "part-00009-of-00009.tfrecord")) as writer:
+    with tf.io.TFRecordWriter(str(mixed / "part-00002-of-00003.tfrecord")) as writer:
         writer.write(records.encode_elwc(np.zeros((2, 5)), [0, 1]))
-    with pytest.raises(RecordError, match=r"part-00009-of-00009\.tfrecord: documents have 5 features, "
+    with pytest.raises(RecordError, match=r"part-00002-of-00003\.tfrecord: documents have 5 features, "
                                           r"but .*spec\.json has 6; all shards must agree"):
         dataset.ranking_dataset(mixed, 4)
     (mixed / "spec.json").unlink()
+    (mixed / "part-00002-of-00003.tfrecord").rename(mixed / "part-00009-of-00009.tfrecord")
     with pytest.raises(RecordError, match=r"part-00009-of-00009\.tfrecord: documents have 5 features, "
                                           r"but .*part-00000-of-00003\.tfrecord has 6"):
         dataset.ranking_dataset(str(mixed / "*.tfrecord"), 4)
     with pytest.raises(RecordError, match=r"part-00009-of-00009\.tfrecord: documents have 5 features, but 6"):
         converter.check_records(sorted(mixed.glob("*.tfrecord")))
+
+
+def test_a_shard_the_spec_does_not_list_is_refused(tmp_path, small, capsys):
+    out = copy_records(small["records"], tmp_path / "out")
+    stray = out / "backup.tfrecord"
+    stray.write_bytes((out / "part-00000-of-00003.tfrecord").read_bytes())
+    message = r"backup\.tfrecord: not listed in .*out/spec\.json"
+    for pattern in (out, str(out / "*.tfrecord"), stray):
+        with pytest.raises(RecordError, match=message):
+            dataset.ranking_dataset(pattern, 4)
+    with pytest.raises(RecordError, match=message):
+        converter.check_records(sorted(out.glob("*.tfrecord")))
+    assert cli(["check", str(out)]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    stray.unlink()
+    (out / "part-00001-of-00003.tfrecord").unlink()
+    with pytest.raises(RecordError, match=r"out/spec\.json lists part-00001-of-00003\.tfrecord, which is missing"):
+        dataset.ranking_dataset(out, 4)
+    assert dataset.describe(out / "part-00002-of-00003.tfrecord").num_lists == 20, "a subset named on purpose"
 
 
 def test_not_a_ranking_record_and_missing_files(tmp_path):

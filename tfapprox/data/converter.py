@@ -246,11 +246,37 @@ def read_spec(directory: str | os.PathLike) -> dict | None:
 
 
 def shard_entry(path: Path) -> dict | None:
-    """Returns the ``spec.json`` entry (file, num_lists, num_docs, bytes) of shard ``path``, if any."""
+    """Returns the ``spec.json`` entry (file, num_lists, num_docs, bytes) of shard ``path``.
+
+    None if its directory has no ``spec.json``; RecordError if it has one that does not list ``path``
+    (a leftover or a copy: reading it would mix it into the converted set).
+    """
     spec = read_spec(path.parent)
     if spec is None:
         return None
-    return {s["file"]: s for s in spec.get("shards", [])}.get(path.name)
+    entries = {s["file"]: s for s in spec.get("shards", [])}
+    if path.name not in entries:
+        raise RecordError(
+            f"{path}: not listed in {path.parent / SPEC_NAME}, which lists {len(entries)} shard(s) "
+            f"({', '.join(sorted(entries)[:3])}{', ...' if len(entries) > 3 else ''}); move it out "
+            "of the directory, or convert again"
+        )
+    return entries[path.name]
+
+
+def listed_shards(directory: Path) -> list[Path] | None:
+    """Returns the shards ``directory/spec.json`` lists (None without a spec); RecordError if one is gone."""
+    spec = read_spec(directory)
+    if spec is None:
+        return None
+    shards = [directory / s["file"] for s in spec.get("shards", [])]
+    for shard in shards:
+        if not shard.is_file():
+            raise RecordError(
+                f"{directory / SPEC_NAME} lists {shard.name}, which is missing (deleted, or not "
+                "copied with the rest?)"
+            )
+    return shards
 
 
 def check_size(path: Path) -> dict | None:

@@ -55,6 +55,11 @@ def _resolve_files(file_pattern) -> list[Path]:
         pattern = os.fspath(pattern)
         if os.path.isdir(pattern):
             matched = sorted(glob.glob(os.path.join(pattern, "*" + converter.SHARD_SUFFIX)))
+            listed = converter.listed_shards(Path(pattern))
+            if listed is not None:
+                for path in matched:
+                    converter.shard_entry(Path(path))  # names a shard the spec does not list
+                matched = [str(p) for p in listed]
             if not matched:
                 raise FileNotFoundError(f"{pattern}: directory holds no *{converter.SHARD_SUFFIX} files")
         else:
@@ -133,6 +138,9 @@ def describe(file_pattern, num_features: int | None = None) -> DatasetInfo:
     """
     files = _resolve_files(file_pattern)
     infos = [inspect_file(f) for f in files]
+    for info in infos:
+        if info.kind == "tfrecord":
+            converter.shard_entry(info.path)  # in a converted directory, only what its spec lists
     kinds = {i.kind for i in infos}
     if len(kinds) > 1:
         text = next(i.path for i in infos if i.kind == "letor")

@@ -3,6 +3,7 @@
 import gzip
 import pathlib
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -164,6 +165,9 @@ BAD_INPUTS = [
     ("1\n", None, r"bad\.txt:1: expected 'LABEL qid:ID INDEX:VALUE \.\.\.', got only '1'"),
     ("1 qid:1 1:0.5 2:abc 3:1\n", None, r"bad\.txt:1: non-numeric feature value in token '2:abc'"),
     ("1 qid:1 1:0.5 2:inf\n", None, r"bad\.txt:1: non-finite feature value in token '2:inf'"),
+    ("1 qid:1 1:0.5 3:1e40\n", None, r"bad\.txt:1: feature value overflows float32 in token '3:1e40'"),
+    ("1 qid:1 1:0.5 2:-1e39\n", None, r"bad\.txt:1: feature value overflows float32 in token '2:-1e39'"),
+    ("1e40 qid:1 1:0.5\n", None, r"bad\.txt:1: label '1e40' overflows float32"),
     ("1 qid:1 1:0.5 x:2\n", None, r"bad\.txt:1: feature index must be a positive integer, got token 'x:2'"),
     ("1 qid:1 0:0.5\n", None, r"bad\.txt:1: feature index must be a positive integer, got token '0:0\.5'"),
     ("1 qid:1 1:0.5 7\n", None, r"bad\.txt:1: expected INDEX:VALUE, got token '7'"),
@@ -185,6 +189,16 @@ def test_bad_input_names_file_line_and_token(tmp_path, text, num_features, messa
     with pytest.raises(LetorFormatError, match=message):
         list(letor.read_queries(path, num_features or 9 if assume_contiguous else num_features,
                                 assume_contiguous=assume_contiguous))
+
+
+def test_float32_overflow_is_an_error_not_a_warning(tmp_path):
+    rows = [f"0 qid:{i // 5} 1:0.5 2:0.25 3:1" for i in range(40)]
+    rows[33] = rows[33].replace("3:1", "3:1e40")  # a dense block: the numpy fast path sees it first
+    path = write(tmp_path / "big.txt", "\n".join(rows) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(LetorFormatError, match=r"big\.txt:34: feature value overflows float32 in token '3:1e40'"):
+            list(letor.read_queries(path))
 
 
 def test_bad_line_deep_in_a_dense_file_is_located(tmp_path):

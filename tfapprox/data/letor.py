@@ -33,6 +33,7 @@ BLOCK_LINES = 512
 _CHUNK_BYTES = 1 << 20
 _PARALLEL_BYTES = 64 << 20
 _NUMBER_CHARS = b"0123456789.+-eE"
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _SPLIT_FILES = {
     "train": ("train.txt", "trainingset.txt"),
     "vali": ("vali.txt", "validationset.txt"),
@@ -200,6 +201,8 @@ def _parse_chunk(path: Path, first_lineno: int, data: bytes, num_features: int |
                 f"{path}:{lineno}: label {_show(parts[0])} is not a finite number >= 0 "
                 "(-1 is reserved for padding)"
             )
+        if label > _FLOAT32_MAX:
+            raise LetorFormatError(f"{path}:{lineno}: label {_show(parts[0])} overflows float32")
         qid = parts[1]
         if qid[:4] != b"qid:" or len(qid) == 4:
             raise LetorFormatError(
@@ -306,7 +309,8 @@ def _parse_dense(bodies: list[bytes]) -> np.ndarray | None:
         return None
     if not (numbers[:, 0::2] == np.arange(1, num_pairs + 1)).all():
         return None
-    features = numbers[:, 1::2].astype(np.float32)
+    with np.errstate(over="ignore"):  # an overflow falls through to the token parser, which names it
+        features = numbers[:, 1::2].astype(np.float32)
     if not np.isfinite(features).all():
         return None
     return features
@@ -349,7 +353,8 @@ def _parse_sparse(bodies: list[bytes]):
         values = np.ascontiguousarray(gathered).view(f"S{width}").ravel().astype(np.float64)
     except ValueError:
         return None
-    values = values.astype(np.float32)
+    with np.errstate(over="ignore"):
+        values = values.astype(np.float32)
     if not np.isfinite(values).all():
         return None
     counts = np.fromiter((b.count(b":") for b in bodies), dtype=np.int64, count=len(bodies))
@@ -400,6 +405,8 @@ def _parse_slowly(path, linenos, bodies, num_features=None):
                 ) from None
             if not math.isfinite(value):
                 raise LetorFormatError(f"{where}: non-finite feature value in token {_show(token)}")
+            if abs(value) > _FLOAT32_MAX:
+                raise LetorFormatError(f"{where}: feature value overflows float32 in token {_show(token)}")
             if index in seen:
                 raise LetorFormatError(
                     f"{where}: feature index {index} repeated in token {_show(token)}"

@@ -201,6 +201,27 @@ def test_float32_overflow_is_an_error_not_a_warning(tmp_path):
             list(letor.read_queries(path))
 
 
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_damaged_gzip_names_the_file_and_line(tmp_path, monkeypatch, damage):
+    monkeypatch.setattr(letor, "_CHUNK_BYTES", 4096)  # several chunks from a small file
+    source = tmp_path / "full.txt"
+    synthetic.write_letor(source, num_queries=20, docs_per_query=10, num_features=8)
+    data = bytearray(gzip.compress(source.read_bytes()))
+    if damage == "truncated":
+        data = data[: len(data) * 2 // 3]
+    else:
+        data[len(data) // 2: len(data) // 2 + 16] = bytes(16)
+    path = tmp_path / "t.txt.gz"
+    path.write_bytes(bytes(data))
+    message = r"t\.txt\.gz: truncated or corrupt gzip data after line (\d+)"
+    with pytest.raises(LetorFormatError, match=message) as caught:
+        list(letor.read_queries(path, 8))
+    lines_before = int(re.search(message, str(caught.value)).group(1))
+    assert 0 < lines_before <= len(source.read_text().splitlines())
+    with pytest.raises(LetorFormatError, match=message):
+        letor.scan(path)
+
+
 def test_bad_line_deep_in_a_dense_file_is_located(tmp_path):
     rows = [f"0 qid:{i // 7} " + " ".join(f"{j}:0.5" for j in range(1, 5)) for i in range(2000)]
     rows[1733] = rows[1733].replace("3:0.5", "3:0.5x")

@@ -23,6 +23,7 @@ import math
 import multiprocessing
 import os
 import re
+import zlib
 from collections import deque
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
@@ -142,7 +143,13 @@ def _iter_chunks(path: Path) -> Iterator[tuple[int, bytes]]:
     with open_text(path) as handle:
         rest = b""
         while True:
-            data = handle.read(_CHUNK_BYTES)
+            try:
+                data = handle.read(_CHUNK_BYTES)
+            except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+                where = f"after line {lineno - 1}" if lineno > 1 else "within its first lines"
+                raise LetorFormatError(
+                    f"{path}: truncated or corrupt gzip data {where} ({err})"
+                ) from None
             if not data:
                 break
             data = rest + data

@@ -251,6 +251,21 @@ def test_fold_layouts(tmp_path, names):
     assert letor.find_split_files(tmp_path / "Fold2")["vali"].name == names[1]
 
 
+def test_split_names_match_in_any_case(tmp_path):
+    """LETOR 2.0 ships Fold3/trainingset.TXT; some mirrors upper-case everything."""
+    names = ("trainingset.TXT", "ValidationSet.txt", "TESTSET.TXT.GZ")
+    for fold in ("Fold3", "FOLD4"):
+        (tmp_path / fold).mkdir()
+        for name in names:
+            write(tmp_path / fold / name, "0 qid:1 1:1\n", "gz" if name.endswith("GZ") else "w")
+    folds = letor.find_folds(tmp_path)
+    assert list(folds) == ["Fold3", "FOLD4"]
+    assert {split: path.name for split, path in folds["Fold3"].items()} == dict(zip(("train", "vali", "test"), names))
+    write(tmp_path / "Fold3" / "TrainingSet.txt", "0 qid:1 1:1\n")
+    with pytest.raises(ValueError, match=r"Fold3: TrainingSet\.txt and trainingset\.TXT differ only in case"):
+        letor.find_split_files(tmp_path / "Fold3")
+
+
 def test_fold_layout_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no Fold<N>/ directories"):
         letor.find_folds(tmp_path)

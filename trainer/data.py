@@ -67,8 +67,9 @@ def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
             found = find_split_files(config.dir)
             if "train" not in found or "vali" not in found:
                 raise FileNotFoundError(
-                    f"{config.dir}: expected train.txt and vali.txt (or trainingset.txt and "
-                    f"validationset.txt), found {sorted(p.name for p in found.values())}"
+                    f"{config.dir}: expected train and vali files (train.txt and vali.txt, or "
+                    "trainingset.txt and validationset.txt, in any case, optionally .gz); found "
+                    f"{sorted(p.name for p in found.values())}"
                 )
         else:
             found = _demo_splits(cache, {**DEMO_DATA, **config.synthetic}, print_fn)

@@ -93,19 +93,26 @@ def as_paths(paths: PathLike | Iterable[PathLike]) -> list[Path]:
 def find_split_files(directory: PathLike) -> dict[str, Path]:
     """Returns ``{"train", "vali", "test"} -> file`` found in one fold directory.
 
-    Accepts LETOR 4.0 / MSLR names (``train.txt``, ``vali.txt``, ``test.txt``) and LETOR 3.0 names
-    (``trainingset.txt``, ``validationset.txt``, ``testset.txt``), each optionally ``.gz``.
+    Accepts LETOR 4.0 / MSLR names (``train.txt``, ``vali.txt``, ``test.txt``) and LETOR 2.0 / 3.0
+    names (``trainingset.txt``, ``validationset.txt``, ``testset.txt``), each optionally ``.gz``, in
+    any case (LETOR 2.0 ships ``trainingset.TXT``). Raises ValueError if two names differ only in case.
     """
     directory = Path(directory)
+    by_name: dict[str, list[Path]] = {}
+    for child in sorted(directory.iterdir()) if directory.is_dir() else []:
+        if child.is_file():
+            by_name.setdefault(child.name.lower(), []).append(child)
     found = {}
     for split, names in _SPLIT_FILES.items():
-        for name in names:
-            for candidate in (directory / name, directory / (name + ".gz")):
-                if candidate.is_file():
-                    found[split] = candidate
-                    break
-            if split in found:
-                break
+        candidates = [by_name[n] for name in names for n in (name, name + ".gz") if n in by_name]
+        if not candidates:
+            continue
+        if len(candidates[0]) > 1:
+            raise ValueError(
+                f"{directory}: {' and '.join(p.name for p in candidates[0])} differ only in case; "
+                "keep one"
+            )
+        found[split] = candidates[0][0]
     return found
 
 
@@ -126,7 +133,7 @@ def find_folds(root: PathLike) -> dict[str, dict[str, Path]]:
             missing = sorted(set(_SPLIT_FILES) - set(splits))
             if missing:
                 raise FileNotFoundError(
-                    f"{child}: no {'/'.join(missing)} file (looked for {_SPLIT_FILES})"
+                    f"{child}: no {'/'.join(missing)} file (looked for {_SPLIT_FILES}, in any case)"
                 )
             folds[child.name] = (int(match.group(1)), splits)
     if not folds:

@@ -15,6 +15,8 @@ from tfapprox.data import converter, dataset, letor, records, synthetic
 from tfapprox.data.__main__ import main as cli
 from tfapprox.data.converter import RecordError
 
+from test_data_letor import lightgbm_copy
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 requires_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"LETOR data not found at {SHARED_DATA}")
@@ -146,6 +148,27 @@ def test_non_contiguous_input_converts_grouped(tmp_path):
     assert [f[:, 0].tolist() for _, f in got] == [[1, 3], [2, 5], [4]]
     with pytest.raises(letor.LetorFormatError, match=r"in\.txt:3: query id 'b' appears again"):
         converter.convert(tmp_path / "in.txt", tmp_path / "strict", assume_contiguous=True)
+
+
+def test_lightgbm_layout_converts_and_reads_like_letor(tmp_path, small, capsys):
+    copy = lightgbm_copy(small["paths"]["train"], tmp_path)
+    want = lists_of(dataset.ranking_dataset(small["paths"]["train"], 8, shuffle=False))
+    assert_lists_equal(lists_of(dataset.ranking_dataset(copy, 8, shuffle=False)), small["queries"])
+    assert cli(["convert", str(copy), "--output", str(tmp_path / "auto"), "--shards", "2"]) == 0
+    assert "60 lists" in capsys.readouterr().out
+    spec = converter.read_spec(tmp_path / "auto")
+    assert spec["group_files"] == [str(copy) + ".query"]
+    got = lists_of(dataset.ranking_dataset(tmp_path / "auto", 8, seed=0))
+    assert sorted(signature(*x) for x in got) == sorted(signature(*x) for x in want)
+    sizes = pathlib.Path(str(copy) + ".query").rename(tmp_path / "train.groups")
+    assert cli(["convert", str(copy), "--output", str(tmp_path / "given"), "--query-file", str(sizes)]) == 0
+    assert_lists_equal(lists_of(dataset.ranking_dataset(tmp_path / "given", 8, shuffle=False)), small["queries"])
+    assert cli(["convert", str(copy), str(copy), "--output", str(tmp_path / "x"), "--query-file", str(sizes)]) == 2
+    assert "got 1 query files for 2 inputs" in capsys.readouterr().err
+    assert cli(["convert", str(copy), "--output", str(tmp_path / "x")]) == 2
+    assert "no group file beside the file" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--query-file goes with input files"):
+        cli(["convert", str(tmp_path), "--output", str(tmp_path / "x"), "--query-file", str(sizes)])
 
 
 def test_sequence_example_format_reads_like_elwc(tmp_path, small):

@@ -160,7 +160,10 @@ BAD_INPUTS = [
     ("1 qid:1 1:0.5\nx qid:1 1:0.5\n", None, r"bad\.txt:2: non-numeric label 'x'"),
     ("1 qid:1 1:0.5\n-1 qid:1 1:0.5\n", None, r"bad\.txt:2: label '-1' is not a finite number >= 0"),
     ("nan qid:1 1:0.5\n", None, r"bad\.txt:1: label 'nan'"),
-    ("1 1:0.5 2:0.1\n", None, r"bad\.txt:1: expected 'qid:ID' as second token, got '1:0\.5'"),
+    ("1 1:0.5 2:0.1\n", None, r"bad\.txt:1: no 'qid:ID' after the label, and no group file beside the file"),
+    ("1 qid:1 1:0.5\n0 1:0.5\n", None,
+     r"bad\.txt:2: expected 'qid:ID' as second token, got '1:0\.5' \(the file's first line has one"),
+    ("1 foo 1:0.5\n", None, r"bad\.txt:1: expected 'qid:ID' as second token, got 'foo'"),
     ("1 qid: 1:0.5\n", None, r"bad\.txt:1: expected 'qid:ID' as second token, got 'qid:'"),
     ("1\n", None, r"bad\.txt:1: expected 'LABEL qid:ID INDEX:VALUE \.\.\.', got only '1'"),
     ("1 qid:1 1:0.5 2:abc 3:1\n", None, r"bad\.txt:1: non-numeric feature value in token '2:abc'"),
@@ -236,6 +239,84 @@ def test_missing_file_and_bad_num_features(tmp_path):
     path = write(tmp_path / "a.txt", "1 qid:1 1:1\n")
     with pytest.raises(ValueError, match="num_features must be a positive integer"):
         list(letor.read_queries(path, 0))
+
+
+def lightgbm_copy(path, directory, suffix=".query"):
+    """Writes ``path`` without its qid: tokens plus its group sizes (LightGBM layout); returns the copy."""
+    lines, sizes, previous = [], [], None
+    for line in pathlib.Path(path).read_text().splitlines():
+        tokens = line.split("#")[0].split()
+        if not tokens:
+            continue
+        if tokens[1] != previous:
+            sizes.append(0)
+            previous = tokens[1]
+        sizes[-1] += 1
+        lines.append(" ".join([tokens[0]] + tokens[2:]))
+    pathlib.Path(directory).mkdir(parents=True, exist_ok=True)
+    copy = write(pathlib.Path(directory) / pathlib.Path(path).name, "\n".join(lines) + "\n")
+    write(copy.with_name(copy.name + suffix), "".join(f"{n}\n" for n in sizes))
+    return copy
+
+
+def test_lightgbm_layout_reads_like_the_qid_layout(tmp_path):
+    first = tmp_path / "a.txt"
+    synthetic.write_letor(first, num_queries=30, docs_per_query=6, num_features=5, seed=1)
+    second = write(tmp_path / "b.txt", SPARSE.replace("qid:", "qid:b"))  # not 7 and 8 again
+    copies = [lightgbm_copy(first, tmp_path / "lgb"), lightgbm_copy(second, tmp_path / "lgb", ".group")]
+    want = list(letor.read_queries([first, second], 5))
+    for contiguous in (False, True):
+        got = list(letor.read_queries(copies, 5, assume_contiguous=contiguous))
+        assert [q.qid for q in got] == [str(k) for k in range(1, 33)], "groups numbered across files"
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a.labels, b.labels)
+            np.testing.assert_array_equal(a.features, b.features)
+    assert letor.scan(copies).docs_per_query == {str(k).encode(): len(q.labels) for k, q in enumerate(want, 1)}
+    data = copies[0].rename(tmp_path / "data.txt")  # an explicit group file, of any name
+    sizes = (tmp_path / "lgb" / "a.txt.query").rename(tmp_path / "sizes")
+    got = list(letor.read_queries(data, query_files=sizes))
+    assert [len(q.labels) for q in got] == [len(q.labels) for q in want[:30]]
+
+
+GROUP_ERRORS = [
+    ("1 1:1\n0 1:2\n1 1:3\n", "2\n", r"x\.txt: 3 documents, but the group sizes in .*x\.txt\.query sum to 2 \(1 groups\)"),
+    ("1 1:1\n0 1:2\n", "2\n1\n", r"x\.txt: 2 documents, but the group sizes in .*x\.txt\.query sum to 3 \(2 groups\)"),
+    ("1 1:1\n0 qid:4 1:2\n", "2\n", r"x\.txt:2: 'qid:' on this line, but the file's first line has none"),
+    ("1 1:1\n", "1\n0\n", r"x\.txt\.query:2: expected a group size \(a positive integer.*got '0'"),
+    ("1 1:1\n", "1.5\n", r"x\.txt\.query:1: expected a group size .*got '1\.5'"),
+    ("1 1:1\n", "\n", r"x\.txt\.query: no group sizes"),
+]
+
+
+@pytest.mark.parametrize("text,sizes,message", GROUP_ERRORS)
+def test_group_file_errors_name_both_files(tmp_path, text, sizes, message):
+    path = write(tmp_path / "x.txt", text)
+    write(tmp_path / "x.txt.query", sizes)
+    for contiguous in (False, True):
+        with pytest.raises(LetorFormatError, match=message):
+            list(letor.read_queries(path, 3, assume_contiguous=contiguous))
+    with pytest.raises(LetorFormatError, match=message):
+        letor.scan(path, with_features=True)
+
+
+def test_qid_files_and_group_files_do_not_mix(tmp_path):
+    with_qid = write(tmp_path / "q.txt", "1 qid:1 1:1\n")
+    grouped = write(tmp_path / "g.txt", "1 1:1\n")
+    write(tmp_path / "g.txt.query", "1\n")
+    with pytest.raises(LetorFormatError, match=r"inputs mix files with qid: \(.*q\.txt\) and files grouped by a "
+                                               r"query file \(.*g\.txt, .*g\.txt\.query\)"):
+        list(letor.read_queries([with_qid, grouped]))
+    with pytest.raises(LetorFormatError, match=r"q\.txt:1: the lines carry qid:, so the query file .*g\.txt\.query"):
+        list(letor.read_queries(with_qid, query_files=tmp_path / "g.txt.query"))
+    write(tmp_path / "q.txt.query", "7\n")  # beside a file with qid: a .query file is not consulted
+    assert [len(q.labels) for q in letor.read_queries(with_qid)] == [1]
+    write(tmp_path / "g.txt.group", "1\n")
+    with pytest.raises(LetorFormatError, match=r"g\.txt: both g\.txt\.query and g\.txt\.group lie beside it"):
+        list(letor.read_queries(grouped))
+    with pytest.raises(ValueError, match="got 1 query files for 2 inputs"):
+        list(letor.read_queries([grouped, grouped], query_files=[tmp_path / "g.txt.query"]))
+    with pytest.raises(FileNotFoundError, match="no such query file: .*nope"):
+        list(letor.read_queries(grouped, query_files=tmp_path / "nope"))
 
 
 @pytest.mark.parametrize("names", [("train.txt", "vali.txt", "test.txt"),

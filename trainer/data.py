@@ -170,16 +170,20 @@ def _as_records(patterns: list[str], num_features: int | None, cache: Path,
                 print_fn: Printer) -> list[str]:
     """Returns TFRecord files for `patterns`, converting LETOR text into the cache once.
 
-    The cache entry is keyed by the text files' paths, sizes and mtimes and `num_features` (None:
-    the largest feature index in the files).
+    The cache entry is keyed by the text files' paths, sizes and mtimes (and those of the group
+    files beside them, `<file>.query` / `<file>.group`, for LightGBM-style files without qid:) and
+    `num_features` (None: the largest feature index in the files).
     """
     from tfapprox.data import convert
     from tfapprox.data.dataset import inspect_file
+    from tfapprox.data.letor import GROUP_SUFFIXES
 
     files = _expand(patterns)
     if inspect_file(files[0]).kind != "letor":
         return [str(f) for f in files]
-    stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    beside = [f.with_name(f.name + suffix) for f in files for suffix in GROUP_SUFFIXES]
+    stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
+             for f in files + [g for g in beside if g.is_file()]]
     target = cache / "records" / _key({"files": stats, "num_features": num_features})
     if not target.exists():
         names = ", ".join(f.name for f in files)

@@ -1,9 +1,11 @@
 """Command line: ``python -m tfapprox.data {convert,check,synthetic} ...``.
 
   convert INPUT... --output DIR [--shards N] [--num-features F] [--format elwc|sequence_example]
+          [--query-file FILE]...
       LETOR/SVMlight text (plain or .gz) -> DIR/part-*.tfrecord + DIR/spec.json. A single directory
       INPUT holding Fold<N>/ directories (or train/vali/test files) is converted split by split into
-      DIR/[Fold<N>/]<split>/.
+      DIR/[Fold<N>/]<split>/. Lines without qid: (LightGBM/XGBoost) take their queries from
+      INPUT.query or INPUT.group beside each input, or from --query-file (one per INPUT, in order).
   check PATTERN...
       Reads every record; names the file that is corrupt, truncated or disagrees on the feature count.
   synthetic DIR [--queries Q] [--docs D] [--features F] [--levels 3|5] [--seed S]
@@ -29,9 +31,14 @@ def _convert(args) -> int:
         assume_contiguous=args.assume_contiguous,
         overwrite=args.overwrite,
     )
+    if args.query_files:
+        options["query_files"] = args.query_files
     start = time.perf_counter()
     inputs = [Path(p) for p in args.inputs]
     if len(inputs) == 1 and inputs[0].is_dir():
+        if args.query_files:
+            raise SystemExit("error: --query-file goes with input files; in a fold directory each "
+                             "file's group sizes are read from <file>.query beside it")
         specs = converter.convert_tree(inputs[0], args.output, **options)
     elif any(p.is_dir() for p in inputs):
         raise SystemExit("error: give either one directory (fold layout) or LETOR files, not both")
@@ -87,6 +94,15 @@ def main(argv=None) -> int:
         "--assume-contiguous", action="store_true", help="fail, not regroup, if a qid's lines are split"
     )
     p.add_argument("--overwrite", action="store_true", help="replace existing shards in --output")
+    p.add_argument(
+        "--query-file",
+        dest="query_files",
+        action="append",
+        metavar="FILE",
+        help="group sizes (documents per query, one integer a line: LightGBM's .query, XGBoost's "
+        ".group) for inputs without qid:, once per INPUT in order (default: INPUT.query or "
+        "INPUT.group beside it)",
+    )
     p.set_defaults(run=_convert)
 
     p = commands.add_parser("check", help="read every record and verify counts")

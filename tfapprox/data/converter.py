@@ -58,6 +58,7 @@ def convert(
     assume_contiguous: bool = False,
     overwrite: bool = False,
     workers: int | None = None,
+    query_files=None,
 ) -> dict:
     """Converts LETOR/SVMlight files to ``num_shards`` TFRecord files plus ``spec.json`` in a directory.
 
@@ -66,7 +67,8 @@ def convert(
     ``example_layout``, ``num_features``, ``num_lists``, ``num_docs``, label range and counts, list
     sizes, sources and per-shard counts. The counts are of what was written, and are checked against
     what was read (an unequal count raises ``RuntimeError``). ``workers``: text-parsing processes
-    (see :func:`letor.read_queries`).
+    (see :func:`letor.read_queries`). ``query_files``: group files of inputs without ``qid:``
+    (LightGBM/XGBoost layout), one per input; None looks for ``<input>.query`` / ``<input>.group``.
 
     The set is written to a sibling directory and renamed into place when complete: a failed
     conversion leaves ``output_dir`` as it was. An existing set is replaced only with ``overwrite``,
@@ -76,7 +78,7 @@ def convert(
         raise ValueError(f"record_format must be one of {records.RECORD_FORMATS}; got {record_format!r}")
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ValueError(f"num_shards must be a positive integer; got {num_shards!r}")
-    paths = letor.as_paths(inputs)
+    sources = letor.sources(inputs, query_files)
     output_dir = Path(os.path.abspath(output_dir))
     previous = _previous_output(output_dir)
     if previous and not overwrite:
@@ -91,7 +93,7 @@ def convert(
     staging.mkdir(parents=True)
     try:
         spec = _convert_into(
-            paths, staging, num_shards, num_features, record_format, assume_contiguous, workers
+            sources, staging, num_shards, num_features, record_format, assume_contiguous, workers
         )
         _swap_in(staging, output_dir)
     finally:
@@ -140,15 +142,19 @@ def _swap_in(staging: Path, output_dir: Path) -> None:
     shutil.rmtree(replaced)
 
 
-def _convert_into(paths, output_dir, num_shards, num_features, record_format, assume_contiguous,
+def _convert_into(sources, output_dir, num_shards, num_features, record_format, assume_contiguous,
                   workers) -> dict:
     """Writes the shards and ``spec.json`` of :func:`convert` into the empty ``output_dir``."""
+    paths = [s.path for s in sources]
+    read_options = {"query_files": [s.group_file for s in sources]}
     workers = letor.default_workers(paths) if workers is None else workers
     names = [shard_name(i, num_shards) for i in range(num_shards)]
     try:
         # One pass, for queries in contiguous lines (the norm) and F known or seen in the first lines.
-        width = num_features or letor.peek_num_features(paths)
-        queries = letor.read_queries(paths, width, assume_contiguous=True, workers=workers)
+        width = num_features or letor.peek_num_features(paths, **read_options)
+        queries = letor.read_queries(
+            paths, width, assume_contiguous=True, workers=workers, **read_options
+        )
         written = _write_shards(queries, output_dir, names, record_format)
     except (letor.QueryOrderError, letor.FeatureIndexError) as err:
         if isinstance(err, letor.QueryOrderError) and assume_contiguous:
@@ -156,9 +162,9 @@ def _convert_into(paths, output_dir, num_shards, num_features, record_format, as
         if isinstance(err, letor.FeatureIndexError) and num_features is not None:
             raise
         # Non-contiguous queries, or a feature index beyond the first lines': plan, then read again.
-        plan = letor.scan(paths, with_features=num_features is None, workers=workers)
+        plan = letor.scan(paths, with_features=num_features is None, workers=workers, **read_options)
         width = num_features or max(plan.num_features, 1)
-        queries = letor.read_queries(paths, width, workers=workers, plan=plan)
+        queries = letor.read_queries(paths, width, workers=workers, plan=plan, **read_options)
         written = _write_shards(queries, output_dir, names, record_format)
         if written["num_docs"] != plan.num_docs or written["num_lists"] != len(plan.docs_per_query):
             raise RuntimeError(
@@ -174,6 +180,7 @@ def _convert_into(paths, output_dir, num_shards, num_features, record_format, as
         "num_features": int(width),
         **{k: v for k, v in written.items() if k != "shards"},
         "sources": [str(p) for p in paths],
+        **({"group_files": [str(s.group_file) for s in sources]} if sources[0].group_file else {}),
         "shards": [
             {**shard, "bytes": (output_dir / shard["file"]).stat().st_size}
             for shard in written["shards"]
@@ -265,7 +272,10 @@ def shard_entry(path: Path) -> dict | None:
 
 
 def listed_shards(directory: Path) -> list[Path] | None:
-    """Returns the shards ``directory/spec.json`` lists (None without a spec); RecordError if one is gone."""
+    """Returns the shards that ``directory/spec.json`` lists (None without a spec).
+
+    Raises RecordError if a listed shard is missing.
+    """
     spec = read_spec(directory)
     if spec is None:
         return None

@@ -18,7 +18,7 @@ import tensorflow as tf
 from tfapprox.data import converter, letor, records
 
 _VERIFY_BYTES = 256 << 20
-_TEXT_START = re.compile(rb"^\s*[-+0-9.eE]+\s+qid:")
+_TEXT_START = re.compile(rb"^\s*[-+0-9.eE]+\s+(qid:|\d+:)")  # LETOR, or LightGBM (no qid:)
 
 
 class FileInfo(NamedTuple):

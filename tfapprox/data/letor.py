@@ -4,6 +4,11 @@ One document a line: ``label qid:ID index:value index:value ... # optional comme
 indices are 1-based and may be sparse (a missing feature reads as 0). Lines may end in CRLF, files may
 be gzip-compressed (detected from the magic bytes), and blank or comment-only lines are skipped.
 
+LightGBM / XGBoost ranking files leave ``qid:ID`` out and give the group sizes (documents per query,
+in line order, one integer per line) in a separate file: ``<file>.query`` (LightGBM) or
+``<file>.group`` (XGBoost) beside it is picked up when a file's first line has no ``qid:``, or a
+group file is given explicitly (``query_files``). Such queries are numbered 1, 2, ... across the inputs.
+
 :func:`read_queries` yields one :class:`Query` per query id, in order of first appearance, with all of
 its documents -- also when a query's lines are not contiguous. It streams: a pre-pass over the query ids
 learns each query's document count, so a query is handed out as soon as its last line has been read, and
@@ -35,6 +40,8 @@ _CHUNK_BYTES = 1 << 20
 _PARALLEL_BYTES = 64 << 20
 _NUMBER_CHARS = b"0123456789.+-eE"
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+GROUP_SUFFIXES = (".query", ".group")  # LightGBM, XGBoost
+_INDEX_VALUE = re.compile(rb"\d+:")
 _SPLIT_FILES = {
     "train": ("train.txt", "trainingset.txt"),
     "vali": ("vali.txt", "validationset.txt"),
@@ -142,6 +149,134 @@ def find_folds(root: PathLike) -> dict[str, dict[str, Path]]:
 
 
 # --------------------------------------------------------------------------------------------------
+# Inputs: files with qid:, or LightGBM/XGBoost files whose queries come from a group file
+# --------------------------------------------------------------------------------------------------
+class Source(NamedTuple):
+    """One input file; for a file without ``qid:``, its group file, sizes and first group's number."""
+
+    path: Path
+    group_file: Path | None = None
+    group_sizes: np.ndarray | None = None  # [queries] int64
+    first_group: int = 1
+
+
+def find_group_file(path: PathLike) -> Path | None:
+    """Returns ``<path>.query`` (LightGBM) or ``<path>.group`` (XGBoost) if one lies beside ``path``."""
+    path = Path(path)
+    found = [path.with_name(path.name + suffix) for suffix in GROUP_SUFFIXES]
+    found = [p for p in found if p.is_file()]
+    if len(found) > 1:
+        raise LetorFormatError(
+            f"{path}: both {found[0].name} and {found[1].name} lie beside it; keep the one that "
+            "holds its group sizes"
+        )
+    return found[0] if found else None
+
+
+def sources(
+    paths: PathLike | Iterable[PathLike], query_files: PathLike | Iterable[PathLike | None] | None = None
+) -> list[Source]:
+    """Returns the input files as :class:`Source` s, with the group sizes of files without ``qid:``.
+
+    ``query_files``: a group file per path, in order (None: look beside the file, see
+    :func:`find_group_file`). A file is grouped when its first document line has no ``qid:``.
+    Raises LetorFormatError for such a file without a group file, a group file given for a file with
+    ``qid:``, inputs that mix the two kinds, or a malformed group file.
+    """
+    paths = as_paths(paths)
+    if query_files is None:
+        query_files = [None] * len(paths)
+    elif isinstance(query_files, (str, os.PathLike)):
+        query_files = [query_files]
+    query_files = [None if q is None else Path(q) for q in query_files]
+    if len(query_files) != len(paths):
+        raise ValueError(
+            f"got {len(query_files)} query files for {len(paths)} inputs; give one per input, in order"
+        )
+    result = []
+    next_group = 1
+    for path, given in zip(paths, query_files):
+        if given is not None and not given.is_file():
+            raise FileNotFoundError(f"no such query file: {given}")
+        first = _first_document(path)
+        if first is not None and first[1][:4] == b"qid:":
+            if given is not None:
+                raise LetorFormatError(
+                    f"{path}:{first[0]}: the lines carry qid:, so the query file {given} would group "
+                    "them a second way; give one or the other"
+                )
+            result.append(Source(path))
+            continue
+        group_file = given or find_group_file(path)
+        if group_file is None:
+            if first is not None and _INDEX_VALUE.match(first[1]):
+                raise LetorFormatError(
+                    f"{path}:{first[0]}: no 'qid:ID' after the label, and no group file beside the "
+                    "file; give each line a qid:ID, or the group sizes (one integer per line, as for "
+                    f"LightGBM/XGBoost) in {path.name}.query or as a query file (--query-file)"
+                )
+            result.append(Source(path))  # empty, or malformed: the parser names the problem
+            continue
+        sizes = read_group_sizes(group_file)
+        result.append(Source(path, group_file, sizes, next_group))
+        next_group += len(sizes)
+    grouped = [s for s in result if s.group_sizes is not None]
+    if grouped and len(grouped) < len(result):
+        with_qid = next(s.path for s in result if s.group_sizes is None)
+        raise LetorFormatError(
+            f"inputs mix files with qid: ({with_qid}) and files grouped by a query file "
+            f"({grouped[0].path}, {grouped[0].group_file}); read them separately"
+        )
+    return result
+
+
+def read_group_sizes(path: PathLike) -> np.ndarray:
+    """Returns the group sizes of a LightGBM ``.query`` / XGBoost ``.group`` file: one integer a line."""
+    sizes = []
+    with open_text(path) as handle:
+        for lineno, raw in enumerate(handle.read().split(b"\n"), 1):
+            token = raw.strip()
+            if not token:
+                continue
+            if not token.isdigit() or int(token) == 0:
+                raise LetorFormatError(
+                    f"{path}:{lineno}: expected a group size (a positive integer: the number of "
+                    f"documents of one query), got {_show(token)}"
+                )
+            sizes.append(int(token))
+    if not sizes:
+        raise LetorFormatError(f"{path}: no group sizes (the file is empty)")
+    return np.asarray(sizes, dtype=np.int64)
+
+
+def _first_document(path: Path) -> tuple[int, bytes] | None:
+    """Returns ``(line number, second token or b"")`` of the first document line; None if none."""
+    for lineno, data in _iter_chunks(path):
+        for offset, raw in enumerate(data.split(b"\n")):
+            parts = raw.split(b"#", 1)[0].split(None, 2)
+            if parts:
+                return lineno + offset, parts[1] if len(parts) > 1 else b""
+    return None
+
+
+def _count_documents(path: Path) -> int:
+    """Returns the number of document lines (not blank, not only a comment) of ``path``."""
+    count = 0
+    for _, data in _iter_chunks(path):
+        for raw in data.split(b"\n"):
+            hash_at = raw.find(b"#")
+            count += bool((raw[:hash_at] if hash_at >= 0 else raw).strip())
+    return count
+
+
+def _group_mismatch(source: Source, num_docs: int) -> LetorFormatError:
+    return LetorFormatError(
+        f"{source.path}: {num_docs} documents, but the group sizes in {source.group_file} sum to "
+        f"{int(source.group_sizes.sum())} ({len(source.group_sizes)} groups)"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
 # Chunks of lines -> parsed blocks (optionally in worker processes)
 # --------------------------------------------------------------------------------------------------
 def _iter_chunks(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -185,10 +320,14 @@ class _Block(NamedTuple):
     max_index: int  # largest feature index in the block (0 if none)
 
 
-def _parse_chunk(path: Path, first_lineno: int, data: bytes, num_features: int | None) -> list[_Block]:
+def _parse_chunk(
+    path: Path, first_lineno: int, data: bytes, num_features: int | None, grouped: bool = False
+) -> list[_Block]:
     """Parses whole lines into blocks; raises LetorFormatError naming file, line and token.
 
-    Module-level (picklable) so that worker processes can run it.
+    ``grouped``: lines have no ``qid:`` (the queries come from a group file); the blocks' qids are
+    left empty for :func:`_iter_blocks` to fill. Module-level (picklable) so that worker processes
+    can run it.
     """
     blocks = []
     qids: list[bytes] = []
@@ -199,10 +338,10 @@ def _parse_chunk(path: Path, first_lineno: int, data: bytes, num_features: int |
         hash_at = raw.find(b"#")
         if hash_at >= 0:
             raw = raw[:hash_at]
-        parts = raw.split(None, 2)
+        parts = raw.split(None, 1 if grouped else 2)
         if not parts:
             continue
-        if len(parts) < 2:
+        if len(parts) < 2 and not grouped:
             raise LetorFormatError(
                 f"{path}:{lineno}: expected 'LABEL qid:ID INDEX:VALUE ...', got only {_show(parts[0])}"
             )
@@ -217,15 +356,28 @@ def _parse_chunk(path: Path, first_lineno: int, data: bytes, num_features: int |
             )
         if label > _FLOAT32_MAX:
             raise LetorFormatError(f"{path}:{lineno}: label {_show(parts[0])} overflows float32")
-        qid = parts[1]
-        if qid[:4] != b"qid:" or len(qid) == 4:
-            raise LetorFormatError(
-                f"{path}:{lineno}: expected 'qid:ID' as second token, got {_show(qid)}"
-            )
-        qids.append(qid[4:])
+        if grouped:
+            body = parts[1].rstrip() if len(parts) == 2 else b""
+            if body[:4] == b"qid:":
+                raise LetorFormatError(
+                    f"{path}:{lineno}: 'qid:' on this line, but the file's first line has none (its "
+                    "queries come from a group file): a file gives qid: on every line or on none"
+                )
+            qids.append(b"")
+        else:
+            qid = parts[1]
+            if qid[:4] != b"qid:" or len(qid) == 4:
+                mixed = ""
+                if _INDEX_VALUE.match(qid):
+                    mixed = " (the file's first line has one: every line needs one)"
+                raise LetorFormatError(
+                    f"{path}:{lineno}: expected 'qid:ID' as second token, got {_show(qid)}{mixed}"
+                )
+            qids.append(qid[4:])
+            body = parts[2].rstrip() if len(parts) == 3 else b""
         labels.append(label)
         linenos.append(lineno)
-        bodies.append(parts[2].rstrip() if len(parts) == 3 else b"")
+        bodies.append(body)
         if len(qids) == BLOCK_LINES:
             blocks.append(_parse_block(path, qids, labels, linenos, bodies, num_features))
             qids, labels, linenos, bodies = [], [], [], []
@@ -234,18 +386,41 @@ def _parse_chunk(path: Path, first_lineno: int, data: bytes, num_features: int |
     return blocks
 
 
-def _iter_blocks(path: Path, num_features: int | None, workers: int = 1) -> Iterator[_Block]:
-    """Yields the parsed blocks of ``path`` in file order, using ``workers`` processes if > 1."""
+def _iter_blocks(source: Source, num_features: int | None, workers: int = 1) -> Iterator[_Block]:
+    """Yields the parsed blocks of ``source`` in file order, using ``workers`` processes if > 1.
+
+    For a grouped source, each document's qid is its group's number; a group-size total that differs
+    from the file's document count raises LetorFormatError naming both files and both counts.
+    """
+    grouped = source.group_sizes is not None
+    blocks = _parse_blocks(source.path, num_features, workers, grouped)
+    if not grouped:
+        yield from blocks
+        return
+    ends = np.cumsum(source.group_sizes)
+    done = 0
+    for block in blocks:
+        n = len(block.qids)
+        if done + n > ends[-1]:
+            raise _group_mismatch(source, _count_documents(source.path))
+        numbers = np.searchsorted(ends, np.arange(done, done + n), side="right") + source.first_group
+        yield block._replace(qids=[str(k).encode() for k in numbers.tolist()])
+        done += n
+    if done != ends[-1]:
+        raise _group_mismatch(source, done)
+
+
+def _parse_blocks(path: Path, num_features: int | None, workers: int, grouped: bool) -> Iterator[_Block]:
     if workers <= 1:
         for lineno, data in _iter_chunks(path):
-            yield from _parse_chunk(path, lineno, data, num_features)
+            yield from _parse_chunk(path, lineno, data, num_features, grouped)
         return
     # Forked workers run only numpy code; at most 2 * workers chunks are in flight (bounded memory).
     pool = multiprocessing.get_context("fork").Pool(workers)
     try:
         in_flight: deque = deque()
         for lineno, data in _iter_chunks(path):
-            in_flight.append(pool.apply_async(_parse_chunk, (path, lineno, data, num_features)))
+            in_flight.append(pool.apply_async(_parse_chunk, (path, lineno, data, num_features, grouped)))
             if len(in_flight) >= 2 * workers:
                 yield from in_flight.popleft().get()
         while in_flight:
@@ -420,7 +595,9 @@ def _parse_slowly(path, linenos, bodies, num_features=None):
             if not math.isfinite(value):
                 raise LetorFormatError(f"{where}: non-finite feature value in token {_show(token)}")
             if abs(value) > _FLOAT32_MAX:
-                raise LetorFormatError(f"{where}: feature value overflows float32 in token {_show(token)}")
+                raise LetorFormatError(
+                    f"{where}: feature value overflows float32 in token {_show(token)}"
+                )
             if index in seen:
                 raise LetorFormatError(
                     f"{where}: feature index {index} repeated in token {_show(token)}"
@@ -439,12 +616,14 @@ def _parse_slowly(path, linenos, bodies, num_features=None):
 # --------------------------------------------------------------------------------------------------
 # Queries
 # --------------------------------------------------------------------------------------------------
-def peek_num_features(paths: PathLike | Iterable[PathLike]) -> int:
+def peek_num_features(paths: PathLike | Iterable[PathLike], query_files=None) -> int:
     """Returns the largest feature index in the first chunk (about 1 MB) of each file: a guess of F."""
     largest = 0
-    for path in as_paths(paths):
-        for lineno, data in _iter_chunks(path):
-            largest = max([largest] + [b.max_index for b in _parse_chunk(path, lineno, data, None)])
+    for source in sources(paths, query_files):
+        grouped = source.group_sizes is not None
+        for lineno, data in _iter_chunks(source.path):
+            blocks = _parse_chunk(source.path, lineno, data, None, grouped)
+            largest = max([largest] + [b.max_index for b in blocks])
             break
     return max(largest, 1)
 
@@ -458,26 +637,41 @@ class Scan(NamedTuple):
 
 
 def scan(
-    paths: PathLike | Iterable[PathLike], *, with_features: bool = False, workers: int | None = None
+    paths: PathLike | Iterable[PathLike],
+    *,
+    with_features: bool = False,
+    workers: int | None = None,
+    query_files=None,
 ) -> Scan:
     """Returns the query ids with their document counts (and the largest feature index, if asked).
 
     Without ``with_features`` only the first two tokens of each line are looked at (fast); with it
-    every line is parsed. Raises LetorFormatError for an empty file or a malformed line.
+    every line is parsed. ``query_files``: see :func:`sources`. Raises LetorFormatError for an empty
+    file, a malformed line, or group sizes that do not add up to a file's documents.
     """
-    paths = as_paths(paths)
-    workers = default_workers(paths) if workers is None else workers
+    return _scan(sources(paths, query_files), with_features, workers)
+
+
+def _scan(inputs: list[Source], with_features: bool, workers: int | None) -> Scan:
+    workers = default_workers([s.path for s in inputs]) if workers is None else workers
     counts: dict[bytes, int] = {}
     max_index = 0
     num_docs = 0
-    for path in paths:
+    for source in inputs:
+        path = source.path
         file_docs = 0
         if with_features:
-            for block in _iter_blocks(path, None, workers):
+            for block in _iter_blocks(source, None, workers):
                 max_index = max(max_index, block.max_index)
                 for qid in block.qids:
                     counts[qid] = counts.get(qid, 0) + 1
                 file_docs += len(block.qids)
+        elif source.group_sizes is not None:
+            file_docs = _count_documents(path)
+            if file_docs != source.group_sizes.sum():
+                raise _group_mismatch(source, file_docs)
+            for number, size in enumerate(source.group_sizes.tolist(), source.first_group):
+                counts[str(number).encode()] = size
         else:
             for _, data in _iter_chunks(path):
                 for raw in data.split(b"\n"):
@@ -502,6 +696,7 @@ def read_queries(
     assume_contiguous: bool = False,
     workers: int | None = None,
     plan: Scan | None = None,
+    query_files=None,
 ) -> Iterator[Query]:
     """Yields one :class:`Query` per query id, in order of first appearance across ``paths``.
 
@@ -515,26 +710,30 @@ def read_queries(
       workers: processes that parse text (forked; they run numpy only). ``None``: 1 for inputs under
         64 MB, else up to 4.
       plan: the result of :func:`scan` on the same ``paths``, if the caller already has it.
+      query_files: group files for inputs without ``qid:`` (LightGBM/XGBoost layout), one per path
+        (None: ``<file>.query`` or ``<file>.group`` beside it); see :func:`sources`.
 
     Raises:
       LetorFormatError: a malformed line (message: ``file:line: problem ... token``), an empty file,
-        or (with ``assume_contiguous``) a query whose lines are not contiguous.
+        group sizes that do not add up to a file's documents, or (with ``assume_contiguous``) a
+        query whose lines are not contiguous.
     """
-    paths = as_paths(paths)
+    inputs = sources(paths, query_files)
+    paths = [s.path for s in inputs]
     valid = isinstance(num_features, (int, np.integer)) and num_features >= 1
     if num_features is not None and not valid:
         raise ValueError(f"num_features must be a positive integer or None; got {num_features!r}")
     workers = default_workers(paths) if workers is None else workers
     if num_features is None and (plan is None or plan.num_features is None):
-        plan = scan(paths, with_features=True, workers=workers)
+        plan = _scan(inputs, True, workers)
     elif plan is None and not assume_contiguous:
-        plan = scan(paths, workers=workers)
+        plan = _scan(inputs, False, workers)
     if num_features is None:
         num_features = max(plan.num_features, 1)
     if plan is None:
-        yield from _read_contiguous(paths, num_features, workers)
+        yield from _read_contiguous(inputs, num_features, workers)
     else:
-        yield from _read_planned(paths, num_features, plan, workers)
+        yield from _read_planned(inputs, num_features, plan, workers)
 
 
 def _make_query(qid: bytes, pieces: list) -> Query:
@@ -556,12 +755,13 @@ def _runs(qids: list[bytes]) -> Iterator[tuple[bytes, int, int]]:
             start = i
 
 
-def _read_planned(paths: list[Path], num_features: int, plan: Scan, workers: int) -> Iterator[Query]:
+def _read_planned(inputs: list[Source], num_features: int, plan: Scan, workers: int) -> Iterator[Query]:
     remaining = dict(plan.docs_per_query)
     order = deque(plan.docs_per_query)
     pending: dict[bytes, list] = {}
-    for path in paths:
-        for block in _iter_blocks(path, num_features, workers):
+    for source in inputs:
+        path = source.path
+        for block in _iter_blocks(source, num_features, workers):
             for qid, start, stop in _runs(block.qids):
                 if qid not in remaining:
                     raise LetorFormatError(
@@ -576,19 +776,20 @@ def _read_planned(paths: list[Path], num_features: int, plan: Scan, workers: int
                 yield _make_query(qid, pending.pop(qid))
     if order:
         raise LetorFormatError(
-            f"{paths[-1]}: {len(order)} queries have fewer lines than the pre-pass counted "
+            f"{inputs[-1].path}: {len(order)} queries have fewer lines than the pre-pass counted "
             "(did the file change while being read?)"
         )
 
 
-def _read_contiguous(paths: list[Path], num_features: int, workers: int) -> Iterator[Query]:
+def _read_contiguous(inputs: list[Source], num_features: int, workers: int) -> Iterator[Query]:
     done: dict[bytes, str] = {}
     current: bytes | None = None
     pieces: list = []
     where = ""
-    for path in paths:
+    for source in inputs:
+        path = source.path
         file_docs = 0
-        for block in _iter_blocks(path, num_features, workers):
+        for block in _iter_blocks(source, num_features, workers):
             file_docs += len(block.qids)
             for qid, start, stop in _runs(block.qids):
                 if qid != current:

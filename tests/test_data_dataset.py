@@ -120,6 +120,21 @@ def test_output_directory_with_other_files_is_refused(tmp_path, small):
     assert [p.name for p in out.iterdir()] == ["notes.md"]
 
 
+def test_cli_label_limit_and_non_integer_labels(tmp_path, capsys):
+    text = tmp_path / "in.txt"
+    text.write_text("0 qid:1 1:1\n100 qid:1 1:2\n")
+    assert cli(["convert", str(text), "--output", str(tmp_path / "a")]) == 2
+    assert "in.txt:2: label 100 is above max_label=31" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
+    for limit in ("100", "none"):
+        assert cli(["convert", str(text), "--output", str(tmp_path / limit), "--max-label", limit]) == 0
+        assert "labels 0..100 (integers)" in capsys.readouterr().out
+        assert converter.read_spec(tmp_path / limit)["label_max"] == 100
+    text.write_text("0.5 qid:1 1:1\n2 qid:1 1:2\n")
+    assert cli(["convert", str(text), "--output", str(tmp_path / "b")]) == 0
+    assert "labels 0.5..2 (not all integers)" in capsys.readouterr().out
+
+
 def test_cli_converts_a_fold_tree(tmp_path, capsys):
     for fold in (1, 2):
         synthetic.write_splits(tmp_path / "text" / f"Fold{fold}", 9, 5, 4, seed=fold)
@@ -251,6 +266,17 @@ def test_a_shard_the_spec_does_not_list_is_refused(tmp_path, small, capsys):
     with pytest.raises(RecordError, match=r"out/spec\.json lists part-00001-of-00003\.tfrecord, which is missing"):
         dataset.ranking_dataset(out, 4)
     assert dataset.describe(out / "part-00002-of-00003.tfrecord").num_lists == 20, "a subset named on purpose"
+
+
+def test_a_nan_label_is_named_by_check(tmp_path, capsys):
+    document = tf.train.Example()
+    document.features.feature[records.FEATURES_KEY].float_list.value.extend([1.0, 2.0])
+    document.features.feature[records.LABEL_KEY].float_list.value.append(float("nan"))
+    with tf.io.TFRecordWriter(str(tmp_path / "x.tfrecord")) as writer:
+        writer.write(records.encode_elwc(np.ones((1, 2)), [1.0]) + records._field(1, document.SerializeToString()))
+    assert cli(["check", str(tmp_path)]) == 2
+    assert ("x.tfrecord: a record is not a valid ranking list (a document's label is NaN or infinite"
+            in capsys.readouterr().err)
 
 
 def test_not_a_ranking_record_and_missing_files(tmp_path):

@@ -171,6 +171,8 @@ BAD_INPUTS = [
     ("1 qid:1 1:0.5 3:1e40\n", None, r"bad\.txt:1: feature value overflows float32 in token '3:1e40'"),
     ("1 qid:1 1:0.5 2:-1e39\n", None, r"bad\.txt:1: feature value overflows float32 in token '2:-1e39'"),
     ("1e40 qid:1 1:0.5\n", None, r"bad\.txt:1: label '1e40' overflows float32"),
+    ("1 qid:1 1:0.5\n200 qid:1 1:0.5\n", None, r"bad\.txt:2: label 200 is above max_label=31 \(NDCG's gain"),
+    ("31.5 qid:1 1:0.5\n", None, r"bad\.txt:1: label 31\.5 is above max_label=31"),
     ("1 qid:1 1:0.5 x:2\n", None, r"bad\.txt:1: feature index must be a positive integer, got token 'x:2'"),
     ("1 qid:1 0:0.5\n", None, r"bad\.txt:1: feature index must be a positive integer, got token '0:0\.5'"),
     ("1 qid:1 1:0.5 7\n", None, r"bad\.txt:1: expected INDEX:VALUE, got token '7'"),
@@ -192,6 +194,17 @@ def test_bad_input_names_file_line_and_token(tmp_path, text, num_features, messa
     with pytest.raises(LetorFormatError, match=message):
         list(letor.read_queries(path, num_features or 9 if assume_contiguous else num_features,
                                 assume_contiguous=assume_contiguous))
+
+
+def test_large_labels_need_an_explicit_max_label(tmp_path):
+    path = write(tmp_path / "a.txt", "0.5 qid:1 1:1\n200 qid:1 1:2\n3 qid:2 1:3\n")
+    for max_label in (200, None):
+        queries = list(letor.read_queries(path, max_label=max_label))
+        np.testing.assert_array_equal(queries[0].labels, [0.5, 200])
+    with pytest.raises(LetorFormatError, match=r"a\.txt:2: label 200 is above max_label=199\.5 .*--max-label"):
+        list(letor.read_queries(path, max_label=199.5))
+    with pytest.raises(ValueError, match="max_label must be a number >= 0 or None; got -1"):
+        list(letor.read_queries(path, max_label=-1))
 
 
 def test_float32_overflow_is_an_error_not_a_warning(tmp_path):

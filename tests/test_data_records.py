@@ -279,3 +279,21 @@ def test_a_document_without_features_is_an_error():
         records.parse_elwc(tf.constant([elwc]), 3)
     with pytest.raises(tf.errors.InvalidArgumentError, match="features"):
         records.parse_examples(tf.constant([empty]), 3)
+
+
+def test_a_nan_or_infinite_label_is_an_error_not_padding():
+    with pytest.raises(ValueError, match="labels must be finite"):
+        records.encode_elwc(np.ones((2, 3)), [1.0, np.nan])
+    for bad in (np.nan, np.inf):
+        label = feature_pb2.Feature(float_list=feature_pb2.FloatList(value=[bad]))
+        document = example_pb2.Example()
+        document.features.feature[records.FEATURES_KEY].float_list.value.extend([1.0, 2.0, 3.0])
+        document.features.feature[records.LABEL_KEY].CopyFrom(label)
+        elwc = records.encode_elwc(np.ones((1, 3)), [2.0]) + records._field(1, document.SerializeToString())
+        with pytest.raises(tf.errors.InvalidArgumentError, match="a document's label is NaN or infinite"):
+            records.parse_elwc(tf.constant([elwc]), 3)
+    sequence = records.encode_list(np.ones((2, 3)), np.array([1.0, 0.0]), "q", "sequence_example")
+    parsed = tf.train.SequenceExample.FromString(sequence)
+    parsed.feature_lists.feature_list[records.LABEL_KEY].feature[1].float_list.value[0] = float("nan")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a document's label is NaN or infinite"):
+        records.parse_sequence_examples(tf.constant([parsed.SerializeToString()]), 3)

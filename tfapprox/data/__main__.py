@@ -30,6 +30,7 @@ def _convert(args) -> int:
         record_format=args.format,
         assume_contiguous=args.assume_contiguous,
         overwrite=args.overwrite,
+        max_label=args.max_label,
     )
     if args.query_files:
         options["query_files"] = args.query_files
@@ -50,12 +51,17 @@ def _convert(args) -> int:
         total_docs += spec["num_docs"]
         print(
             f"{Path(args.output) / name}: {spec['num_lists']} lists, {spec['num_docs']} docs, "
-            f"{spec['num_features']} features, labels {spec['label_min']}..{spec['label_max']}, "
+            f"{spec['num_features']} features, labels {spec['label_min']:g}..{spec['label_max']:g} "
+            f"({'integers' if spec['integer_labels'] else 'not all integers'}), "
             f"{len(spec['shards'])} shard(s), format {spec['format']}"
         )
     rate = total_docs / max(elapsed, 1e-9)
     print(f"converted {total_docs} docs in {elapsed:.1f}s ({rate:,.0f} docs/s)")
     return 0
+
+
+def _max_label(text: str) -> float | None:
+    return None if text.lower() == "none" else float(text)
 
 
 def _check(args) -> int:
@@ -94,6 +100,13 @@ def main(argv=None) -> int:
         "--assume-contiguous", action="store_true", help="fail, not regroup, if a qid's lines are split"
     )
     p.add_argument("--overwrite", action="store_true", help="replace existing shards in --output")
+    p.add_argument(
+        "--max-label",
+        type=_max_label,
+        default=letor.DEFAULT_MAX_LABEL,
+        help=f"largest label accepted (default {letor.DEFAULT_MAX_LABEL}: NDCG's gain 2^label - 1 "
+        "loses precision beyond; 'none': any)",
+    )
     p.add_argument(
         "--query-file",
         dest="query_files",

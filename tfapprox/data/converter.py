@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Iterable
@@ -37,11 +38,16 @@ class _LabelStats:
 
     def as_dict(self) -> dict:
         if not self.counts:
-            return {"label_min": None, "label_max": None, "label_counts": {}}
+            return {"label_min": None, "label_max": None, "integer_labels": True, "label_counts": {}}
         counts = {}
         if len(self.counts) <= 64:
             counts = {_label_text(v): c for v, c in sorted(self.counts.items())}
-        return {"label_min": min(self.counts), "label_max": max(self.counts), "label_counts": counts}
+        return {
+            "label_min": min(self.counts),
+            "label_max": max(self.counts),
+            "integer_labels": all(float(v).is_integer() for v in self.counts),
+            "label_counts": counts,
+        }
 
 
 def _label_text(value: float) -> str:
@@ -59,6 +65,7 @@ def convert(
     overwrite: bool = False,
     workers: int | None = None,
     query_files=None,
+    max_label: float | None = letor.DEFAULT_MAX_LABEL,
 ) -> dict:
     """Converts LETOR/SVMlight files to ``num_shards`` TFRecord files plus ``spec.json`` in a directory.
 
@@ -69,6 +76,8 @@ def convert(
     what was read (an unequal count raises ``RuntimeError``). ``workers``: text-parsing processes
     (see :func:`letor.read_queries`). ``query_files``: group files of inputs without ``qid:``
     (LightGBM/XGBoost layout), one per input; None looks for ``<input>.query`` / ``<input>.group``.
+    ``max_label``: a larger label is an error naming its line (None: no limit); see
+    :func:`letor.read_queries`.
 
     The set is written to a sibling directory and renamed into place when complete: a failed
     conversion leaves ``output_dir`` as it was. An existing set is replaced only with ``overwrite``,
@@ -93,7 +102,8 @@ def convert(
     staging.mkdir(parents=True)
     try:
         spec = _convert_into(
-            sources, staging, num_shards, num_features, record_format, assume_contiguous, workers
+            sources, staging, num_shards, num_features, record_format, assume_contiguous, workers,
+            max_label,
         )
         _swap_in(staging, output_dir)
     finally:
@@ -143,7 +153,7 @@ def _swap_in(staging: Path, output_dir: Path) -> None:
 
 
 def _convert_into(sources, output_dir, num_shards, num_features, record_format, assume_contiguous,
-                  workers) -> dict:
+                  workers, max_label) -> dict:
     """Writes the shards and ``spec.json`` of :func:`convert` into the empty ``output_dir``."""
     paths = [s.path for s in sources]
     read_options = {"query_files": [s.group_file for s in sources]}
@@ -153,7 +163,7 @@ def _convert_into(sources, output_dir, num_shards, num_features, record_format, 
         # One pass, for queries in contiguous lines (the norm) and F known or seen in the first lines.
         width = num_features or letor.peek_num_features(paths, **read_options)
         queries = letor.read_queries(
-            paths, width, assume_contiguous=True, workers=workers, **read_options
+            paths, width, assume_contiguous=True, workers=workers, max_label=max_label, **read_options
         )
         written = _write_shards(queries, output_dir, names, record_format)
     except (letor.QueryOrderError, letor.FeatureIndexError) as err:
@@ -164,7 +174,9 @@ def _convert_into(sources, output_dir, num_shards, num_features, record_format, 
         # Non-contiguous queries, or a feature index beyond the first lines': plan, then read again.
         plan = letor.scan(paths, with_features=num_features is None, workers=workers, **read_options)
         width = num_features or max(plan.num_features, 1)
-        queries = letor.read_queries(paths, width, workers=workers, plan=plan, **read_options)
+        queries = letor.read_queries(
+            paths, width, workers=workers, plan=plan, max_label=max_label, **read_options
+        )
         written = _write_shards(queries, output_dir, names, record_format)
         if written["num_docs"] != plan.num_docs or written["num_lists"] != len(plan.docs_per_query):
             raise RuntimeError(
@@ -333,6 +345,9 @@ def verify_file(path: str | os.PathLike) -> int:
 def error_summary(err: tf.errors.OpError) -> str:
     """Returns the useful part of a TF error message ("corrupted record at 3848")."""
     text = err.message.splitlines()[0] if err.message else type(err).__name__
+    assertion = re.search(r"assertion failed: \[(.*?)\]", text)
+    if assertion:
+        return assertion.group(1).replace("\\'", "'")
     return text.split("}}")[-1].split(" [Op:")[0].strip()
 
 
@@ -367,7 +382,7 @@ def check_records(paths: Iterable[str | os.PathLike], num_features: int | None =
                     docs += int(tf.reduce_sum(tf.cast(mask, tf.int64)))
             except tf.errors.OpError as err:
                 raise RecordError(
-                    f"{path}: a record is not a ranking list of this format ({error_summary(err)})"
+                    f"{path}: a record is not a valid ranking list ({error_summary(err)})"
                 ) from None
         entry = shard_entry(path)
         if entry is not None and entry["num_docs"] != docs:

@@ -40,6 +40,9 @@ _CHUNK_BYTES = 1 << 20
 _PARALLEL_BYTES = 64 << 20
 _NUMBER_CHARS = b"0123456789.+-eE"
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+# NDCG's gain 2^y - 1 is exact in float32 up to y = 24 and overflows from y = 128 on; LightGBM's and
+# XGBoost's exponential gains stop at 31 as well. Larger labels are read only when asked for.
+DEFAULT_MAX_LABEL = 31
 GROUP_SUFFIXES = (".query", ".group")  # LightGBM, XGBoost
 _INDEX_VALUE = re.compile(rb"\d+:")
 _SPLIT_FILES = {
@@ -386,14 +389,19 @@ def _parse_chunk(
     return blocks
 
 
-def _iter_blocks(source: Source, num_features: int | None, workers: int = 1) -> Iterator[_Block]:
+def _iter_blocks(
+    source: Source, num_features: int | None, workers: int = 1, max_label: float | None = None
+) -> Iterator[_Block]:
     """Yields the parsed blocks of ``source`` in file order, using ``workers`` processes if > 1.
 
     For a grouped source, each document's qid is its group's number; a group-size total that differs
-    from the file's document count raises LetorFormatError naming both files and both counts.
+    from the file's document count raises LetorFormatError naming both files and both counts. A label
+    above ``max_label`` raises LetorFormatError naming the line.
     """
     grouped = source.group_sizes is not None
     blocks = _parse_blocks(source.path, num_features, workers, grouped)
+    if max_label is not None:
+        blocks = (_check_labels(source.path, block, max_label) for block in blocks)
     if not grouped:
         yield from blocks
         return
@@ -408,6 +416,19 @@ def _iter_blocks(source: Source, num_features: int | None, workers: int = 1) -> 
         done += n
     if done != ends[-1]:
         raise _group_mismatch(source, done)
+
+
+def _check_labels(path: Path, block: _Block, max_label: float) -> _Block:
+    above = block.labels > max_label
+    if above.any():
+        i = int(np.argmax(above))
+        raise LetorFormatError(
+            f"{path}:{block.linenos[i]}: label {block.labels[i]:g} is above max_label={max_label:g} "
+            "(NDCG's gain 2^label - 1 loses integer precision above 24 and overflows float32 from "
+            "128; LightGBM and XGBoost stop at 31 too); if such labels are meant, raise the limit: "
+            "max_label=N, python -m tfapprox.data convert --max-label N"
+        )
+    return block
 
 
 def _parse_blocks(path: Path, num_features: int | None, workers: int, grouped: bool) -> Iterator[_Block]:
@@ -697,6 +718,7 @@ def read_queries(
     workers: int | None = None,
     plan: Scan | None = None,
     query_files=None,
+    max_label: float | None = DEFAULT_MAX_LABEL,
 ) -> Iterator[Query]:
     """Yields one :class:`Query` per query id, in order of first appearance across ``paths``.
 
@@ -712,17 +734,21 @@ def read_queries(
       plan: the result of :func:`scan` on the same ``paths``, if the caller already has it.
       query_files: group files for inputs without ``qid:`` (LightGBM/XGBoost layout), one per path
         (None: ``<file>.query`` or ``<file>.group`` beside it); see :func:`sources`.
+      max_label: the largest label accepted (default 31, as LightGBM and XGBoost); None: any.
+        Labels must be finite numbers >= 0 in float32 range; they need not be integers.
 
     Raises:
-      LetorFormatError: a malformed line (message: ``file:line: problem ... token``), an empty file,
-        group sizes that do not add up to a file's documents, or (with ``assume_contiguous``) a
-        query whose lines are not contiguous.
+      LetorFormatError: a malformed line (message: ``file:line: problem ... token``), a label above
+        ``max_label``, an empty file, group sizes that do not add up to a file's documents, or (with
+        ``assume_contiguous``) a query whose lines are not contiguous.
     """
     inputs = sources(paths, query_files)
     paths = [s.path for s in inputs]
     valid = isinstance(num_features, (int, np.integer)) and num_features >= 1
     if num_features is not None and not valid:
         raise ValueError(f"num_features must be a positive integer or None; got {num_features!r}")
+    if max_label is not None and not (isinstance(max_label, (int, float, np.number)) and max_label >= 0):
+        raise ValueError(f"max_label must be a number >= 0 or None; got {max_label!r}")
     workers = default_workers(paths) if workers is None else workers
     if num_features is None and (plan is None or plan.num_features is None):
         plan = _scan(inputs, True, workers)
@@ -731,9 +757,9 @@ def read_queries(
     if num_features is None:
         num_features = max(plan.num_features, 1)
     if plan is None:
-        yield from _read_contiguous(inputs, num_features, workers)
+        yield from _read_contiguous(inputs, num_features, workers, max_label)
     else:
-        yield from _read_planned(inputs, num_features, plan, workers)
+        yield from _read_planned(inputs, num_features, plan, workers, max_label)
 
 
 def _make_query(qid: bytes, pieces: list) -> Query:
@@ -755,13 +781,15 @@ def _runs(qids: list[bytes]) -> Iterator[tuple[bytes, int, int]]:
             start = i
 
 
-def _read_planned(inputs: list[Source], num_features: int, plan: Scan, workers: int) -> Iterator[Query]:
+def _read_planned(
+    inputs: list[Source], num_features: int, plan: Scan, workers: int, max_label: float | None
+) -> Iterator[Query]:
     remaining = dict(plan.docs_per_query)
     order = deque(plan.docs_per_query)
     pending: dict[bytes, list] = {}
     for source in inputs:
         path = source.path
-        for block in _iter_blocks(source, num_features, workers):
+        for block in _iter_blocks(source, num_features, workers, max_label):
             for qid, start, stop in _runs(block.qids):
                 if qid not in remaining:
                     raise LetorFormatError(
@@ -781,7 +809,9 @@ def _read_planned(inputs: list[Source], num_features: int, plan: Scan, workers: 
         )
 
 
-def _read_contiguous(inputs: list[Source], num_features: int, workers: int) -> Iterator[Query]:
+def _read_contiguous(
+    inputs: list[Source], num_features: int, workers: int, max_label: float | None
+) -> Iterator[Query]:
     done: dict[bytes, str] = {}
     current: bytes | None = None
     pieces: list = []
@@ -789,7 +819,7 @@ def _read_contiguous(inputs: list[Source], num_features: int, workers: int) -> I
     for source in inputs:
         path = source.path
         file_docs = 0
-        for block in _iter_blocks(source, num_features, workers):
+        for block in _iter_blocks(source, num_features, workers, max_label):
             file_docs += len(block.qids)
             for qid, start, stop in _runs(block.qids):
                 if qid != current:

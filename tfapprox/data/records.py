@@ -185,6 +185,8 @@ def _check_list(features, labels) -> tuple[np.ndarray, np.ndarray | None]:
                 f"labels must have one entry per document: {features.shape[0]} documents, "
                 f"{labels.shape[0]} labels"
             )
+        if not np.isfinite(labels).all():
+            raise ValueError(f"labels must be finite; got {labels[~np.isfinite(labels)][0]}")
     return features, labels
 
 
@@ -336,7 +338,7 @@ def parse_example_lists(
     features = tf.reshape(features, [shape[0], shape[1], num_features])
     labels = tf.reshape(labels, shape)
     mask = tf.sequence_mask(lengths, maxlen=shape[1])
-    checks = []
+    checks = [_assert_finite_labels(labels, mask)]
     if layout == "vector":
         missing = tf.reduce_any(tf.math.is_nan(features[:, :, 0]) & mask)
         message = f"a document Example has no {FEATURES_KEY!r} feature (or its first value is NaN)"
@@ -344,6 +346,13 @@ def parse_example_lists(
     with tf.control_dependencies(checks):
         features = tf.where(mask[:, :, None], features, 0.0)
     return features, mask, tf.where(mask, labels, PAD_LABEL)
+
+
+def _assert_finite_labels(labels: tf.Tensor, mask: tf.Tensor) -> tf.Operation:
+    """An assertion that no real document's label is NaN or infinite (a NaN is not padding)."""
+    bad = tf.reduce_any(tf.logical_not(tf.math.is_finite(labels)) & mask)
+    message = f"a document's label is NaN or infinite (the {LABEL_KEY!r} feature)"
+    return tf.debugging.Assert(tf.logical_not(bad), [message])
 
 
 def parse_elwc(
@@ -378,7 +387,8 @@ def parse_sequence_examples(serialized: tf.Tensor, num_features: int):
     )
     features = sequences[FEATURES_KEY]
     mask = tf.sequence_mask(lengths[FEATURES_KEY], maxlen=tf.shape(features)[1])
-    labels = tf.where(mask, sequences[LABEL_KEY], PAD_LABEL)
+    with tf.control_dependencies([_assert_finite_labels(sequences[LABEL_KEY], mask)]):
+        labels = tf.where(mask, sequences[LABEL_KEY], PAD_LABEL)
     return features, mask, labels
 
 

@@ -120,6 +120,43 @@ def test_grid_flags():
     assert config.cv.folds == [1, 3]
 
 
+@pytest.mark.parametrize("text", ["0", "-3", "many"])
+def test_list_size_must_be_positive_or_full(text, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["train", "--list-size", text])
+    assert exit_info.value.code == 2
+    assert f"expected a positive integer or 'full', got {text!r}" in capsys.readouterr().err
+
+
+def test_list_size_full_overrides_the_config(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"data": {"list_size": 50}}))
+    assert resolve(["--config", str(path)]).data.list_size == 50
+    assert resolve(["--config", str(path), "--list-size", "full"]).data.list_size is None
+
+
+def test_repeated_list_flags_accumulate():
+    config = resolve(["cv", "--metrics", "ndcg@1", "--metrics", "map,mrr", "--train", "a.txt",
+                      "--train", "b.txt", "--vali", "c.txt", "--folds", "1", "--folds", "3,4"])
+    assert config.train.metrics == ["ndcg@1", "map", "mrr"]
+    assert config.data.train == ["a.txt", "b.txt"]
+    assert config.cv.folds == [1, 3, 4]
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--epochs", "3", "--epochs", "5"], "--epochs"),
+    (["--list-size", "full", "--list-size", "8"], "--list-size"),
+    (["--config", "demo", "--config", "mq2008"], "--config"),
+    (["--lr", "0.1", "--learning-rate", "0.2"], "--learning-rate"),
+])
+def test_a_repeated_single_value_flag_is_refused(argv, flag, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["train", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err and "given twice" in err
+
+
 # -- checkpoint ------------------------------------------------------------------------------------
 
 

@@ -50,8 +50,13 @@ _FLAG_KEYS = {
 }
 
 
-def _optional_int(text: str) -> int | None:
-    return None if text.lower() in ("none", "null", "full", "0") else int(text)
+def _list_size(text: str) -> int | None:
+    """Returns a positive integer, or None for `full` (whole lists)."""
+    if text.lower() == "full":
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'full', got {text!r}")
+    return int(text)
 
 
 def _comma_list(text: str) -> list[str]:
@@ -62,8 +67,22 @@ def _int_list(text: str) -> list[int]:
     return [int(item) for item in _comma_list(text)]
 
 
+class _Once(argparse.Action):
+    """Stores a flag's value, refusing a second occurrence instead of silently keeping the last."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = vars(namespace).setdefault("_given", set())
+        if self.dest in given:
+            previous = getattr(namespace, self.dest)
+            raise argparse.ArgumentError(
+                self, f"given twice ({previous!r}, then {values!r}); give it once")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
+    common.register("action", None, _Once)  # a flag without an action= takes one value, once
     common.add_argument("--config", help="a YAML/JSON config file or a preset name "
                         f"({', '.join(config_lib.PRESETS)}; default demo)")
     common.add_argument("--print-config", action="store_true",
@@ -72,12 +91,12 @@ def _parser() -> argparse.ArgumentParser:
     g = common.add_argument_group("data")
     g.add_argument("--data-dir", help="LETOR fold directory (train.txt, vali.txt, test.txt); for cv a "
                    "set directory with S1..S5.txt or Fold1..Fold5/")
-    g.add_argument("--train", dest="train_files", nargs="+", metavar="PATH",
-                   help="training files or globs: LETOR text (*.txt) or ELWC TFRecords")
-    g.add_argument("--vali", dest="vali_files", nargs="+", metavar="PATH")
-    g.add_argument("--test", dest="test_files", nargs="+", metavar="PATH")
+    g.add_argument("--train", dest="train_files", nargs="+", action="extend", metavar="PATH",
+                   help="training files or globs: LETOR text (*.txt) or ELWC TFRecords (repeatable)")
+    g.add_argument("--vali", dest="vali_files", nargs="+", action="extend", metavar="PATH")
+    g.add_argument("--test", dest="test_files", nargs="+", action="extend", metavar="PATH")
     g.add_argument("--num-features", type=int, help="feature count (needed for TFRecords)")
-    g.add_argument("--list-size", type=_optional_int,
+    g.add_argument("--list-size", type=_list_size,
                    help="training list size (lists cut/padded to it); 'full' keeps whole lists")
 
     g = common.add_argument_group("model and loss")
@@ -99,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--select-metric", help="validation metric for model selection and early "
                    "stopping: ndcg@k, map, p@k, mrr (default ndcg@5)")
     g.add_argument("--patience", type=int, help="epochs without improvement before stopping; 0 never")
-    g.add_argument("--metrics", type=_comma_list, help="reported metrics, comma-separated")
+    g.add_argument("--metrics", type=_comma_list, action="extend",
+                   help="reported metrics, comma-separated (repeatable)")
 
     g = common.add_argument_group("run")
     g.add_argument("--run-dir", help="checkpoint, TensorBoard logs and results (default runs/demo)")
@@ -130,7 +150,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("export", parents=[common], help="export a run's best weights as a SavedModel")
     cv = sub.add_parser("cv", parents=[common],
                         help="train Fold1..Fold5 of a LETOR set, optionally over a grid")
-    cv.add_argument("--folds", type=_int_list, help="folds to run, e.g. 1,2,3 (default all five)")
+    cv.register("action", None, _Once)
+    cv.add_argument("--folds", type=_int_list, action="extend",
+                    help="folds to run, e.g. 1,2,3 (default all five; repeatable)")
     cv.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                     help="a grid axis over a config key, e.g. loss.params.alpha=1,10,100 (repeatable)")
     cv.add_argument("--out", help="directory for fold runs and cv_results.{json,md}")
@@ -139,9 +161,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
     overrides = {}
+    given = getattr(args, "_given", set())  # flags stored by _Once, `--list-size full` (None) too
     for dest, key in _FLAG_KEYS.items():
         value = getattr(args, dest, None)
-        if value is not None:
+        if value is not None or dest in given:
             overrides[key] = value
     if args.export_enabled is not None:
         overrides["export.enabled"] = args.export_enabled

@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from trainer import checkpoint
+from trainer import checkpoint, run_lock
 
 # Two workers take the same global steps as one process (120 training lists, 24 per step); against
 # one replica they differ through batch-norm statistics, computed per replica over half a batch.
@@ -78,6 +78,44 @@ def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
     assert results["epochs_run"] == epochs and len(results["history"]) == epochs
     assert results["history"][: at_kill.epoch] == at_kill.history
     assert "| ndcg@5 |" in rerun.stdout
+
+
+# Holds a run directory's lock, as a trainer training in it does, until killed.
+HOLD_RUN_DIR = """
+import sys, time
+from trainer import run_lock
+with run_lock.hold(sys.argv[1]):
+    print("holding", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_second_trainer_on_a_run_dir_in_use_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_RUN_DIR, str(run_dir)], cwd=tmp_path,
+                              env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "holding\n", holder.stderr.read()
+        second = subprocess.run(
+            trainer_command("--config", str(write_config(tmp_path, epochs=1)), "--run-dir", str(run_dir)),
+            cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=300)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert second.returncode == 1
+    message = second.stderr.strip().splitlines()[-1]
+    assert message.startswith("python -m trainer train: error: "), second.stderr[-3000:]
+    assert "Traceback" not in second.stderr
+    assert str(run_dir) in message and "in use by another trainer" in message
+    assert f"pid {holder.pid} on host {socket.gethostname()}" in message
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]  # nothing trained or written
+
+    # The kernel released the killed holder's lock: the directory is free again.
+    with run_lock.hold(run_dir):
+        assert f'"pid": {os.getpid()}' in (run_dir / ".lock").read_text()
 
 
 def free_ports(count):

@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # TensorFlow loads here, after argument errors. A multi-worker strategy must exist before
     # TensorFlow runs any op, so it is made before the loss and metrics are checked.
-    from trainer import checkpoint, distribute, train
+    from trainer import checkpoint, distribute, run_lock, train
 
     strategy = config.runtime.strategy if args.command in ("train", "cv") else "default"
     try:
@@ -234,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(err))
     try:
         _run(args, config, dist)
-    except (checkpoint.CheckpointError, FileNotFoundError) as err:
+    except (checkpoint.CheckpointError, run_lock.RunDirInUse, FileNotFoundError) as err:
         print(f"python -m trainer {args.command}: error: {err}", file=sys.stderr)
         return 1
     return 0

@@ -16,6 +16,7 @@ multi-worker run computes the same numbers, so all of them take the same early-s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -32,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from trainer import checkpoint, data, distribute
+from trainer import checkpoint, data, distribute, run_lock
 from trainer.config import Config
 
 Printer = Callable[[str], None]
@@ -58,12 +59,15 @@ def train(config: Config, *, fresh: bool = False, print_fn: Printer = print,
     """Trains (or resumes) the run of `config`; returns its results (also written to results.json).
 
     `dist` is made from `config.runtime.strategy` when None (cv passes one: a process can create
-    a multi-worker strategy only once).
+    a multi-worker strategy only once). The chief holds the run directory's lock throughout
+    (`run_lock.RunDirInUse` if another trainer has it); the other workers write nothing there.
     """
     dist = dist or distribute.make(config.runtime.strategy)
     previous_policy = keras.config.dtype_policy()
+    lock = run_lock.hold(config.train.run_dir) if dist.is_chief else contextlib.nullcontext()
     try:
-        return _train(config, fresh, print_fn, dist)
+        with lock:
+            return _train(config, fresh, print_fn, dist)
     finally:
         keras.config.set_dtype_policy(previous_policy)
 

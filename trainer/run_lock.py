@@ -1,0 +1,62 @@
+"""One trainer per run directory: an flock'd `.lock` file inside it names the trainer holding it.
+
+Two trainers on one run directory would both train, checkpoint and export, and could leave a
+config.json that does not describe the checkpoint. `hold(run_dir)` takes an exclusive
+`fcntl.flock` on `run_dir/.lock` for as long as a run lasts and writes the holder's pid, host and
+start time into the file; a second trainer is refused with `RunDirInUse` naming that holder.
+
+The kernel drops the lock when the holder's file is closed, also when the process is killed, so a
+dead trainer never blocks the next one. The file stays behind: deleting it on release would let a
+third trainer lock a new file while a second one is still waiting on the old one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Iterator
+
+FILENAME = ".lock"
+
+
+class RunDirInUse(RuntimeError):
+    """Another live process holds the run directory's lock."""
+
+
+@contextlib.contextmanager
+def hold(run_dir: str | os.PathLike) -> Iterator[None]:
+    """Holds `run_dir`'s lock (creating the directory) for the block; raises RunDirInUse if taken."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / FILENAME, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirInUse(_in_use_message(run_dir, handle)) from None
+        handle.truncate(0)
+        handle.write(json.dumps(_holder()) + "\n")
+        handle.flush()
+        yield
+
+
+def _holder() -> dict[str, object]:
+    return {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+
+
+def _in_use_message(run_dir: Path, handle) -> str:
+    handle.seek(0)
+    try:
+        holder = json.loads(handle.read())
+        who = f"pid {holder['pid']} on host {holder['host']}, started {holder['started']}"
+    except (ValueError, KeyError, TypeError):  # the holder has not written its details yet
+        who = f"details not yet written to {run_dir / FILENAME}"
+    return (
+        f"run directory {run_dir} is in use by another trainer ({who}); wait for it to finish, "
+        "or choose another --run-dir"
+    )

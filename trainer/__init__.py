@@ -4,6 +4,7 @@ config.py      the run configuration: presets, YAML/JSON files, dotted overrides
 data.py        LETOR folds / TFRecords / generated demo data -> tf.data, cached conversions
 train.py       one run: fit epoch by epoch, validation, selection, early stopping, export
 checkpoint.py  the per-epoch state file that makes a killed run resumable
+run_lock.py    one trainer per run directory: the flock'd lock file naming its holder
 distribute.py  --strategy default|mirrored|multi_worker and per-replica input
 cv.py          five-fold cross-validation with an optional hyperparameter grid
 """

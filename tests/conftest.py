@@ -79,3 +79,21 @@ def loss_and_grad(loss_fn, labels, scores):
     value = torch.sum(loss_fn(labels, x))
     value.backward()
     return value.detach().numpy(), x.grad.numpy()
+
+
+# Arguments a registered class cannot be built without; everything else takes its defaults.
+REQUIRED_ARGS = {"ApproxPrecisionLoss": {"k": 3}, "PrecisionAtK": {"k": 3}}
+
+
+def registered(base):
+    """Returns one default instance of every class registered under package `tfapprox` that
+    subclasses `base` (a new loss or metric joins every test that uses this by registering)."""
+    import keras
+
+    import tfapprox.losses  # noqa: F401  (registration happens on import)
+    import tfapprox.metrics  # noqa: F401
+    import tfapprox.models  # noqa: F401
+
+    classes = [cls for key, cls in keras.saving.get_custom_objects().items()
+               if key.startswith("tfapprox>") and issubclass(cls, base)]
+    return [cls(**REQUIRED_ARGS.get(cls.__name__, {})) for cls in classes]

@@ -183,23 +183,43 @@ def plackett_luce_order(labels, mask, keys):
     return ops.take_along_axis(by_key, ops.argsort(-labels_by_key, axis=-1), axis=-1)
 
 
-def _add_exp(a, b):
-    """Returns the pair (m, z), meaning ln z + m, of the log-sum-exp of two such pairs."""
-    (m1, z1), (m2, z2) = a, b
-    top = ops.maximum(m1, m2)
-    return top, z1 * ops.exp(m1 - top) + z2 * ops.exp(m2 - top)
+def _add_next_block(width, high, total):
+    """One round of the suffix scan: adds to each position's sum the sum `width` places on.
+
+    A sum is held as the pair (high, total), meaning e^high · total; the result is rescaled to
+    the larger `high`, so every exponent is ≤ 0. Positions with fewer than `width` successors
+    keep their pair. Returns the next round's width and the new pair.
+    """
+    inside = ops.expand_dims(ops.arange(ops.shape(high)[1]) < ops.shape(high)[1] - width, 0)
+    next_high = ops.where(inside, ops.roll(high, -width, axis=1), high)
+    next_total = ops.where(inside, ops.roll(total, -width, axis=1), 0.0)
+    top = ops.maximum(high, next_high)
+    return width * 2, top, total * ops.exp(high - top) + next_total * ops.exp(next_high - top)
 
 
 def suffix_logsumexp_minus_self(scores, mask):
     """Returns ln Σ_{i ≥ p, i real} e^{s_i} − s_p at each real position p, and 0 on padded ones.
 
-    One reverse associative scan over (running max, rescaled sum) pairs, O(L) work: every
-    exponent is ≤ 0 and every sum ≥ 1 on real positions, so score gaps of 1e4 give finite values
-    and gradients. The running max carries no gradient; it cancels out of the result.
+    A log-depth scan (Hillis & Steele) over (running max, rescaled sum) pairs: after the round of
+    width w each position holds the sum over its next 2w positions, so ⌈log2 L⌉ rounds and
+    O(L log L) work. Every exponent is ≤ 0 and every real sum ≥ 1, so score gaps of 1e4 give
+    finite values and gradients; the running max carries no gradient and cancels out. With a
+    static list size the rounds are unrolled; with a `None` one (whole lists in a TensorFlow
+    graph) they run in a while loop, which XLA compiles too.
     """
     fixed = ops.stop_gradient(scores)
     lowest = ops.min(ops.where(mask, fixed, float("inf")), axis=-1, keepdims=True)
     lowest = ops.where(ops.isfinite(lowest), lowest, 0.0)  # a list without real documents
-    pairs = (ops.where(mask, fixed, lowest), ops.where(mask, ops.exp(scores - fixed), 0.0))
-    top, total = ops.associative_scan(_add_exp, pairs, reverse=True, axis=1)
-    return ops.where(mask, (top - scores) + ops.log(ops.where(mask, total, 1.0)), 0.0)
+    high = ops.where(mask, fixed, lowest)
+    total = ops.where(mask, ops.exp(scores - fixed), 0.0)
+    list_size = scores.shape[1]
+    if list_size is not None:
+        width = 1
+        while width < list_size:
+            width, high, total = _add_next_block(width, high, total)
+    else:
+        list_size = ops.shape(scores)[1]
+        _, high, total = ops.while_loop(
+            lambda width, *_: width < list_size, _add_next_block,
+            (ops.convert_to_tensor(1, "int32"), high, total), maximum_iterations=63)
+    return ops.where(mask, (high - scores) + ops.log(ops.where(mask, total, 1.0)), 0.0)

@@ -1,0 +1,91 @@
+"""Every registered loss, metric and layer trains through `model.fit` on batches whose list
+dimension is `None` and changes from batch to batch — the shape whole LETOR lists have in the
+trainer — eagerly, as a graph function, under XLA (TensorFlow) or jit (JAX)."""
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import backend, registered
+from tfapprox import losses, models
+
+NUM_FEATURES = 5
+LIST_SIZES = (7, 12, 4, 12)  # one batch each; the list dimension changes from batch to batch
+MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("eager", "jit")}[backend()]
+
+
+def variable_length_batches(seed=0, batch=4):
+    """Yields ({"features", "mask"}, labels) batches of different list sizes, with padded slots
+    (label −1) and a list without any relevant document in each batch."""
+    rng = np.random.default_rng(seed)
+    for list_size in LIST_SIZES:
+        features = rng.normal(size=(batch, list_size, NUM_FEATURES)).astype(np.float32)
+        labels = np.digitize(features[..., 0], [0.0, 1.0]).astype(np.float32)
+        labels[0] = 0.0
+        labels[1:, list_size // 2:][rng.random((batch - 1, list_size - list_size // 2)) < 0.4] = -1
+        yield {"features": features, "mask": labels >= 0}, labels
+
+
+def dataset():
+    """The batches as the trainer feeds them: a tf.data pipeline with a `None` list dimension."""
+    import tensorflow as tf
+
+    spec = ({"features": tf.TensorSpec((None, None, NUM_FEATURES), tf.float32),
+             "mask": tf.TensorSpec((None, None), tf.bool)},
+            tf.TensorSpec((None, None), tf.float32))
+    return tf.data.Dataset.from_generator(variable_length_batches, output_signature=spec)
+
+
+def fit(loss, mode, metric_list=()):
+    keras.utils.set_random_seed(1)
+    model = models.DNNScorer(hidden_units=(8, 4))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=loss, metrics=list(metric_list),
+                  run_eagerly=mode == "eager", jit_compile=mode in ("xla", "jit"))
+    history = model.fit(dataset(), epochs=1, verbose=0)
+    return model, history.history
+
+
+def test_every_registered_loss_is_selectable_by_name():
+    assert {type(loss) for loss in registered(keras.losses.Loss)} == set(losses.LOSSES.values())
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("loss", registered(keras.losses.Loss), ids=lambda l: type(l).__name__)
+def test_every_loss_trains_on_variable_length_lists(loss, mode):
+    model, history = fit(loss, mode)
+    assert len(history["loss"]) == 1 and np.all(np.isfinite(history["loss"]))
+    assert all(np.all(np.isfinite(w)) for w in model.get_weights())
+    first_layer = model.hidden_dense[0].get_weights()[0]
+    keras.utils.set_random_seed(1)
+    untrained = models.DNNScorer(hidden_units=(8, 4))
+    untrained.build({"features": (None, None, NUM_FEATURES), "mask": (None, None)})
+    assert not np.allclose(first_layer, untrained.hidden_dense[0].get_weights()[0]), (
+        "no gradient reached the scorer")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_metric_updates_on_variable_length_lists(mode):
+    metric_list = registered(keras.metrics.Metric)
+    _, history = fit(losses.ApproxNDCGLoss(), mode, metric_list)
+    for metric in metric_list:
+        values = history[metric.name]
+        assert np.all(np.isfinite(values)) and 0.0 < values[-1] <= 1.0, (metric.name, values)
+
+
+def test_metrics_on_variable_length_lists_equal_those_on_one_padded_batch():
+    """Streaming over batches of different list sizes gives what one padded batch gives."""
+    batches = list(variable_length_batches())
+    longest = max(labels.shape[1] for _, labels in batches)
+    padded = np.concatenate([np.pad(labels, ((0, 0), (0, longest - labels.shape[1])),
+                                    constant_values=-1.0) for _, labels in batches])
+    rng = np.random.default_rng(5)
+    scores = [rng.normal(size=labels.shape).astype(np.float32) for _, labels in batches]
+    padded_scores = np.concatenate([np.pad(s, ((0, 0), (0, longest - s.shape[1])))
+                                    for s in scores])
+    for metric in registered(keras.metrics.Metric):
+        for (_, labels), batch_scores in zip(batches, scores):
+            metric.update_state(labels, batch_scores)
+        streamed = float(metric.result())
+        metric.reset_state()
+        metric.update_state(padded, padded_scores)
+        assert streamed == pytest.approx(float(metric.result()), rel=1e-5), metric.name

@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 
 from tfapprox import losses
 from tfapprox.data import synthetic
@@ -142,6 +143,48 @@ def test_evaluate_and_export_commands(trained, tmp_path, capsys):
 def test_evaluate_needs_a_trained_run(tmp_path):
     with pytest.raises(SystemExit):
         main(["evaluate", "--run-dir", str(tmp_path / "nothing")])
+
+
+def config_file(config, directory):
+    path = directory / "config.yaml"
+    path.write_text(yaml.safe_dump(config.to_dict()))
+    return str(path)
+
+
+def test_an_existing_export_version_is_refused_before_training(tmp_path, cache_dir, capsys):
+    config = tiny_config(tmp_path, cache_dir)
+    taken = Path(config.export.base_dir) / "tfapprox_demo" / "3"
+    taken.mkdir(parents=True)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--config", config_file(config, tmp_path), "--version", "3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m trainer train: error: export.version 3: ") and err.count("\n") == 1
+    assert f"{taken} already exists" in err and "the next free one (4)" in err
+    assert not Path(config.train.run_dir).exists()  # not one epoch trained
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "B7"], "preset must be one of"),
+    (["--bn-momentum", "1.5"], "momentum must be in [0, 1)"),
+    (["--metrics", "ndcg@5,recall"], "recall"),
+    (["--data-dir", "no/such/fold"], "data directory no/such/fold does not exist"),
+    (["--train", "t.txt", "--vali", "v.txt"], "no data files match 't.txt'"),
+    (["--name", "a/b"], "export.name must be a directory name"),
+    (["--version", "-1"], "export.version must be >= 0 or null, got -1"),
+    (["--export-dir", "{file}"], "is not a writable directory"),
+])
+def test_bad_settings_are_one_line_errors_before_training(tmp_path, cache_dir, capsys, argv, message):
+    (tmp_path / "a-file").write_text("")
+    argv = [arg.format(file=tmp_path / "a-file") for arg in argv]
+    config = tiny_config(tmp_path, cache_dir)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--config", config_file(config, tmp_path), *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m trainer train: error: ") and err.count("\n") == 1, err
+    assert message in err
+    assert not Path(config.train.run_dir).exists()
 
 
 def test_mirrored_strategy_matches_default(tmp_path, cache_dir):

@@ -212,32 +212,57 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; user errors are one line on stderr: status 2 for arguments and
+    settings (found before anything trains), 1 for what goes wrong while running."""
     parser = _parser()
     args = parse_args(sys.argv[1:] if argv is None else argv, parser)
     try:
         config = _resolve(args)
     except (KeyError, ValueError, FileNotFoundError) as err:
-        parser.error(str(err.args[0] if isinstance(err, KeyError) else err))
+        parser.exit(2, _error_line(args.command, err))
     if args.print_config:
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
 
     # TensorFlow loads here, after argument errors. A multi-worker strategy must exist before
     # TensorFlow runs any op, so it is made before the loss and metrics are checked.
-    from trainer import checkpoint, distribute, run_lock, train
+    from trainer import checkpoint, distribute, run_lock
 
     strategy = config.runtime.strategy if args.command in ("train", "cv") else "default"
     try:
         dist = distribute.make(strategy)
-        train.check_components(config)
-    except ValueError as err:
-        parser.error(str(err))
+        _check(args.command, config, dist)
+    except (KeyError, ValueError, OSError) as err:
+        parser.exit(2, _error_line(args.command, err))
     try:
         _run(args, config, dist)
-    except (checkpoint.CheckpointError, run_lock.RunDirInUse, FileNotFoundError) as err:
-        print(f"python -m trainer {args.command}: error: {err}", file=sys.stderr)
+    except (checkpoint.CheckpointError, run_lock.RunDirInUse, OSError, ValueError,
+            FloatingPointError) as err:
+        sys.stderr.write(_error_line(args.command, err))
         return 1
     return 0
+
+
+def _check(command: str, config: config_lib.Config, dist) -> None:
+    """Raises for settings that would otherwise fail only once training has begun, or after it:
+    the scorer, loss and metrics of every run, the batch size across replicas, data paths, the
+    export target."""
+    from trainer import cv, data, train
+
+    runs = [fold_run.config for fold_run in cv.plan(config)] if command == "cv" else [config]
+    for run in runs:
+        train.check_components(run)
+        if command in ("train", "cv"):
+            dist.check_batch_size(run.train.batch_size)
+    if command == "train":
+        data.check_sources(config.data)
+    if command == "export" or (command == "train" and config.export.enabled):
+        train.check_export_target(config)
+
+
+def _error_line(command: str, err: BaseException) -> str:
+    message = err.args[0] if isinstance(err, KeyError) else err  # str(KeyError) adds quotes
+    return f"python -m trainer {command}: error: {message}\n"
 
 
 def _run(args: argparse.Namespace, config: config_lib.Config, dist) -> None:

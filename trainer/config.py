@@ -218,6 +218,9 @@ def validate(config: Config) -> None:
         (config.train.patience >= 0, "train.patience", config.train.patience, ">= 0"),
         (0.0 <= config.model.dropout < 1.0, "model.dropout", config.model.dropout, "in [0, 1)"),
         (config.data.list_size is None or config.data.list_size >= 1, "data.list_size", config.data.list_size, ">= 1 or null"),
+        (config.data.num_features is None or config.data.num_features >= 1, "data.num_features", config.data.num_features, ">= 1 or null"),
+        (_is_plain_name(config.export.name), "export.name", config.export.name, "a directory name without '/' that does not start with '.'"),
+        (config.export.version is None or config.export.version >= 0, "export.version", config.export.version, ">= 0 or null"),
         (all(1 <= f <= 5 for f in config.cv.folds) and config.cv.folds, "cv.folds", config.cv.folds, "a non-empty subset of 1..5"),
     ]
     for ok, field, value, expected in checks:
@@ -229,6 +232,10 @@ def validate(config: Config) -> None:
         )
     if config.data.train is not None and not config.data.vali:
         raise ValueError("data.train needs data.vali too: model selection runs on validation data")
+
+
+def _is_plain_name(name: str) -> bool:
+    return bool(name) and not name.startswith(".") and "/" not in name
 
 
 def _parse_scalar(raw: str) -> Any:

@@ -13,6 +13,7 @@ The std is the sample standard deviation over folds (ddof=1; 0 for a single fold
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -46,24 +47,31 @@ def point_name(point: dict[str, Any]) -> str:
     return re.sub(r"[^\w.,=@+-]", "_", text)
 
 
-def run(config: Config, *, fresh: bool = False, print_fn: Printer = print,
-        dist: distribute.Distribution | None = None) -> dict[str, Any]:
-    """Cross-validates `config` over `config.cv.folds` of the LETOR set in `config.data.dir`.
+@dataclasses.dataclass
+class FoldRun:
+    """One training run of the cross-validation: a fold and a grid point."""
 
-    `dist` is made from `config.runtime.strategy` when None.
+    fold: int
+    point: dict[str, Any]
+    config: Config
+
+
+def plan(config: Config) -> list[FoldRun]:
+    """Returns every run of the cross-validation, fold by fold, each with its complete config.
+
+    Raises ValueError/KeyError for a bad grid and FileNotFoundError for a missing fold, before
+    anything trains.
     """
     if config.data.dir is None:
         raise ValueError("cv needs --data-dir: a LETOR set directory (S1..S5.txt or Fold1..Fold5/)")
     folds = data.letor_folds(config.data.dir)
     out_dir = Path(config.cv.out_dir)
-    points = grid_points(config.cv.grid)
-    dist = dist or distribute.make(config.runtime.strategy)
-    select = config.train.select_metric
-    per_fold = []
+    runs = []
     for fold in config.cv.folds:
+        if fold not in folds:
+            raise FileNotFoundError(f"{config.data.dir}: no Fold{fold}; found folds {sorted(folds)}")
         train_paths, vali_paths, test_paths = folds[fold]
-        candidates = []
-        for point in points:
+        for point in grid_points(config.cv.grid):
             values = config.to_dict()
             config_lib.apply_overrides(values, point)
             config_lib.apply_overrides(values, {
@@ -74,11 +82,29 @@ def run(config: Config, *, fresh: bool = False, print_fn: Printer = print,
                 "train.run_dir": str(out_dir / f"Fold{fold}" / point_name(point)),
                 "export.enabled": False,
             })
-            print_fn(f"\n== Fold{fold} {point_name(point)} ==")
-            keras.backend.clear_session()
-            results = train.train(Config.from_dict(values), fresh=fresh, print_fn=print_fn, dist=dist)
-            candidates.append((point, results))
-        best_point, best = max(candidates, key=lambda c: c[1]["validation"][select])
+            runs.append(FoldRun(fold, point, Config.from_dict(values)))
+    return runs
+
+
+def run(config: Config, *, fresh: bool = False, print_fn: Printer = print,
+        dist: distribute.Distribution | None = None) -> dict[str, Any]:
+    """Cross-validates `config` over `config.cv.folds` of the LETOR set in `config.data.dir`.
+
+    `dist` is made from `config.runtime.strategy` when None.
+    """
+    runs = plan(config)
+    out_dir = Path(config.cv.out_dir)
+    dist = dist or distribute.make(config.runtime.strategy)
+    select = config.train.select_metric
+    candidates: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for fold_run in runs:
+        print_fn(f"\n== Fold{fold_run.fold} {point_name(fold_run.point)} ==")
+        keras.backend.clear_session()
+        results = train.train(fold_run.config, fresh=fresh, print_fn=print_fn, dist=dist)
+        candidates.setdefault(fold_run.fold, []).append((fold_run.point, results))
+    per_fold = []
+    for fold, fold_candidates in candidates.items():
+        best_point, best = max(fold_candidates, key=lambda c: c[1]["validation"][select])
         per_fold.append({
             "fold": fold,
             "params": best_point,
@@ -87,7 +113,7 @@ def run(config: Config, *, fresh: bool = False, print_fn: Printer = print,
             "validation": best["validation"],
             "test": best["test"],
             "grid": [{"params": p, f"validation_{select}": r["validation"][select]}
-                     for p, r in candidates],
+                     for p, r in fold_candidates],
         })
     summary = {
         "data_dir": config.data.dir,

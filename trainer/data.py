@@ -57,20 +57,14 @@ class Splits:
 
 def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
     """Returns the `Splits` of `config`, generating and converting into the cache as needed."""
-    from tfapprox.data import describe, find_split_files
+    from tfapprox.data import describe
 
     cache = Path(config.cache_dir)
     if config.train is not None:
         sources = {"train": config.train, "vali": config.vali, "test": config.test}
     else:
         if config.dir is not None:
-            found = find_split_files(config.dir)
-            if "train" not in found or "vali" not in found:
-                raise FileNotFoundError(
-                    f"{config.dir}: expected train and vali files (train.txt and vali.txt, or "
-                    "trainingset.txt and validationset.txt, in any case, optionally .gz); found "
-                    f"{sorted(p.name for p in found.values())}"
-                )
+            found = _split_files(config.dir)
         else:
             found = _demo_splits(cache, {**DEMO_DATA, **config.synthetic}, print_fn)
         sources = {split: [str(found[split])] if split in found else None
@@ -90,6 +84,18 @@ def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
         num_features=num_features,
         num_train_lists=_count_lists(records["train"], num_features),
     )
+
+
+def check_sources(config: DataConfig) -> None:
+    """Raises FileNotFoundError naming a data file, glob or directory that is missing.
+
+    Nothing is read or converted: this runs before anything long does.
+    """
+    if config.train is not None:
+        for patterns in (config.train, config.vali, config.test):
+            _expand(patterns or [])
+    elif config.dir is not None:
+        _split_files(config.dir)
 
 
 def train_dataset(splits: Splits, batch_size: int, list_size: int | None, *,
@@ -154,6 +160,22 @@ def letor_folds(directory: str | os.PathLike) -> dict[int, tuple[list[str], list
 
 
 # --------------------------------------------------------------------------------------------------
+
+
+def _split_files(directory: str) -> dict[str, Path]:
+    """Returns the split files of a LETOR fold directory, which must hold train and vali files."""
+    from tfapprox.data import find_split_files
+
+    if not Path(directory).is_dir():
+        raise FileNotFoundError(f"data directory {directory} does not exist")
+    found = find_split_files(directory)
+    if "train" not in found or "vali" not in found:
+        raise FileNotFoundError(
+            f"{directory}: expected train and vali files (train.txt and vali.txt, or "
+            "trainingset.txt and validationset.txt, in any case, optionally .gz); found "
+            f"{sorted(p.name for p in found.values())}"
+        )
+    return found
 
 
 def _demo_splits(cache: Path, params: dict[str, Any], print_fn: Printer) -> dict[str, Path]:

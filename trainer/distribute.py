@@ -51,6 +51,14 @@ class Distribution:
                 "chief's checkpoint, so --run-dir must be on a filesystem that all workers share."
             )
 
+    def check_batch_size(self, global_batch_size: int) -> None:
+        """Raises ValueError unless every replica gets the same number of lists per step."""
+        if global_batch_size % self.num_replicas:
+            raise ValueError(
+                f"train.batch_size={global_batch_size} must be divisible by the number of replicas "
+                f"({self.num_replicas}) under --strategy {self.name}"
+            )
+
     def distribute(
         self, make_dataset: Callable[[int, int, int], tf.data.Dataset], global_batch_size: int
     ):
@@ -62,11 +70,7 @@ class Distribution:
         """
         if not self.distributed:
             return make_dataset(global_batch_size, 1, 0)
-        if global_batch_size % self.num_replicas:
-            raise ValueError(
-                f"train.batch_size={global_batch_size} must be divisible by the number of replicas "
-                f"({self.num_replicas}) under --strategy {self.name}"
-            )
+        self.check_batch_size(global_batch_size)
 
         def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
             return make_dataset(

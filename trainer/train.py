@@ -249,14 +249,40 @@ def export(eval_model: keras.Model, config: Config, num_features: int) -> Path:
 
 
 def check_components(config: Config) -> None:
-    """Builds the configured loss and metrics once; raises ValueError naming a bad name or parameter."""
-    from tfapprox import losses
+    """Builds the configured scorer, loss and metrics once; raises ValueError naming a bad name or
+    parameter."""
+    from tfapprox import losses, models
 
+    models.build_scorer(config.model.preset, **_scorer_kwargs(config))
     try:
         losses.get(config.loss.name, **config.loss.params)
     except TypeError as err:
         raise ValueError(f"loss {config.loss.name!r} does not take {config.loss.params}: {err}") from None
     _metrics(_eval_metric_names(config), config)
+
+
+def check_export_target(config: Config) -> None:
+    """Raises ValueError if exporting `config`'s model would fail, so that it fails before training.
+
+    The version directory must not exist (versions are never overwritten) and the model directory
+    must be creatable.
+    """
+    from tfapprox.export import next_version
+
+    model_dir = Path(config.export.base_dir) / config.export.name
+    version = config.export.version
+    if version is not None and os.path.lexists(model_dir / str(version)):
+        raise ValueError(
+            f"export.version {version}: {model_dir / str(version)} already exists and an export "
+            f"never overwrites one; pass another --version, or none for the next free one "
+            f"({next_version(model_dir)})"
+        )
+    existing = next(p for p in (model_dir, *model_dir.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"export.base_dir {config.export.base_dir}: cannot create {model_dir}: {existing} is "
+            "not a writable directory"
+        )
 
 
 def summary_table(results: dict[str, Any], config: Config) -> str:
@@ -301,13 +327,10 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
            with_training_model: bool = True) -> Built:
     from tfapprox import losses, models
 
-    model_kwargs = {"dropout": config.model.dropout}
-    if config.model.batch_norm_momentum is not None:
-        model_kwargs["batch_norm_momentum"] = config.model.batch_norm_momentum
     eval_names = _eval_metric_names(config)
 
     def scorer():
-        model = models.build_scorer(config.model.preset, **model_kwargs)
+        model = models.build_scorer(config.model.preset, **_scorer_kwargs(config))
         model({"features": tf.zeros([1, 2, num_features]), "mask": tf.ones([1, 2], tf.bool)})
         return model
 
@@ -335,6 +358,13 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
     finally:
         keras.config.set_dtype_policy(previous)
     return Built(model=model, eval_model=eval_model, eval_metrics=eval_names)
+
+
+def _scorer_kwargs(config: Config) -> dict[str, Any]:
+    kwargs = {"dropout": config.model.dropout}
+    if config.model.batch_norm_momentum is not None:
+        kwargs["batch_norm_momentum"] = config.model.batch_norm_momentum
+    return kwargs
 
 
 def _steps_per_epoch(num_lists: int, batch_size: int, dist: distribute.Distribution) -> int:

@@ -10,8 +10,9 @@ import tensorflow as tf
 import yaml
 
 from tfapprox import losses
-from tfapprox.data import synthetic
-from trainer import checkpoint, config as config_lib, cv, train
+from tfapprox.data import convert, synthetic
+from trainer import checkpoint, config as config_lib, cv, data, train
+from trainer.config import DataConfig
 from trainer.__main__ import main
 
 from conftest import SHARED_DATA
@@ -185,6 +186,39 @@ def test_bad_settings_are_one_line_errors_before_training(tmp_path, cache_dir, c
     assert err.startswith("python -m trainer train: error: ") and err.count("\n") == 1, err
     assert message in err
     assert not Path(config.train.run_dir).exists()
+
+
+def fold_without_relevant_documents(directory, split):
+    """Writes a generated fold (train/vali/test.txt) whose `split` file has every label 0."""
+    paths = synthetic.write_splits(directory, 30, 6, 4, seed=3)
+    lines = paths[split].read_text().splitlines(keepends=True)
+    paths[split].write_text("".join("0" + line[line.index(" "):] for line in lines))
+    return directory
+
+
+def test_a_training_split_without_relevant_documents_is_refused(tmp_path):
+    fold = fold_without_relevant_documents(tmp_path / "fold", "train")
+    data_config = DataConfig(dir=str(fold), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match=rf"training split \({fold / 'train.txt'}\) has no relevant "
+                                         "document"):
+        data.resolve(data_config, print_fn=lambda _: None)
+    # the same from TFRecords without a spec.json, whose labels are read
+    records = tmp_path / "records"
+    convert([fold / "train.txt"], records)
+    (records / "spec.json").unlink()
+    data_config = DataConfig(train=[str(records)], vali=[str(fold / "vali.txt")], num_features=4,
+                             cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match=rf"training split \({records}\) has no relevant document"):
+        data.resolve(data_config, print_fn=lambda _: None)
+
+
+def test_a_validation_split_without_relevant_documents_is_warned_about(tmp_path):
+    fold = fold_without_relevant_documents(tmp_path / "fold", "vali")
+    printed = []
+    data.resolve(DataConfig(dir=str(fold), cache_dir=str(tmp_path / "cache")), print_fn=printed.append)
+    warnings = [line for line in printed if "no relevant document" in line]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("Warning: the validation split") and str(fold / "vali.txt") in warnings[0]
 
 
 def test_mirrored_strategy_matches_default(tmp_path, cache_dir):

@@ -125,6 +125,15 @@ def test_saved_model_cli_lists_the_signatures(exported):
 
 
 @needs_tensorflow
+def test_signatures_declare_the_feature_count(exported, loaded):
+    shown = _run([SAVED_MODEL_CLI, "show", "--all", "--dir", exported[2]])
+    score_features = shown.split("signature_def['score_features']")[1].split("signature_def[")[0]
+    assert f"shape: (-1, -1, {NUM_FEATURES})" in score_features
+    declared = loaded.signatures["score_features"].structured_input_signature[1]["features"]
+    assert declared.shape.as_list() == [None, None, NUM_FEATURES]
+
+
+@needs_tensorflow
 def test_saved_model_cli_run_scores_a_sample(exported, tmp_path):
     model, _, path = exported
     features, mask = _lists(3)

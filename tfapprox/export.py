@@ -15,11 +15,12 @@ Documents are stored as in `tfapprox.data.records` (by default one float feature
 length F per tf.Example). Parsing runs inside the graph, so a client sends raw protos; the served
 model is loadable with `tf.saved_model.load` without tfapprox installed.
 
-`score_features` declares its last dimension as unknown and checks it in the graph, so a request
-with the wrong feature count fails with a message naming the expected F and the received shape in
-every client (TF Serving included), rather than with a matrix-size error deep in the network.
-Every valid slot is scored: the scores are per document, so a client pads short lists with any
-values and ignores their scores.
+`score_features` declares F (`saved_model_cli` and TF Serving's metadata show `(-1, -1, F)`) and
+also checks it in the graph, since TF Serving feeds a tensor without comparing its shape with the
+signature's: a request with the wrong feature count fails with a message naming the expected F and
+the received shape, rather than with a matrix-size error deep in the network. Every valid slot is
+scored: the scores are per document, so a client pads short lists with any values and ignores their
+scores.
 
 Versions are integers. Without `version`, the next integer after the largest existing version is
 used (1 for a new model), so versions sort in export order and TF Serving serves the newest.
@@ -130,7 +131,7 @@ def _build_archive(model, num_features, example_layout):
             summarize=3,
         )
         with tf.control_dependencies([check]):
-            features = tf.ensure_shape(tf.identity(features), [None, None, num_features])
+            features = tf.identity(features)
         mask = tf.ones(tf.shape(features)[:2], dtype=tf.bool)
         return {"scores": score(features, mask)}
 
@@ -147,7 +148,7 @@ def _build_archive(model, num_features, example_layout):
     archive.add_endpoint(
         "score_features",
         score_features,
-        [tf.TensorSpec([None, None, None], tf.float32, name="features")],
+        [tf.TensorSpec([None, None, num_features], tf.float32, name="features")],
     )
     archive.add_endpoint(
         "score_examples", score_examples, [tf.TensorSpec([None], tf.string, name="examples")]

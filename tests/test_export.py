@@ -220,6 +220,21 @@ def test_wrong_dtype_gets_a_clear_error(loaded):
         loaded.signatures["serving_default"](elwc=tf.constant(features[:, 0, 0]))
 
 
+@needs_tensorflow
+def test_empty_requests_get_empty_scores(loaded):
+    import tensorflow as tf
+
+    signatures = loaded.signatures
+    requests = {
+        "serving_default": {"elwc": tf.constant([], tf.string)},
+        "score_features": {"features": tf.zeros([0, 0, NUM_FEATURES])},
+        "score_examples": {"examples": tf.constant([], tf.string)},
+    }
+    for name, inputs in requests.items():
+        scores = signatures[name](**inputs)["scores"]
+        assert scores.dtype == tf.float32 and scores.shape[0] == 0, name
+
+
 def _watch_write_out(monkeypatch, then_fail=False):
     """Wraps ExportArchive.write_out to record what a watcher of the model dir sees meanwhile."""
     seen = []

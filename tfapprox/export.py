@@ -20,7 +20,7 @@ also checks it in the graph, since TF Serving feeds a tensor without comparing i
 signature's: a request with the wrong feature count fails with a message naming the expected F and
 the received shape, rather than with a matrix-size error deep in the network. Every valid slot is
 scored: the scores are per document, so a client pads short lists with any values and ignores their
-scores.
+scores. An empty batch gets empty scores from every signature.
 
 Versions are integers. Without `version`, the next integer after the largest existing version is
 used (1 for a new model), so versions sort in export order and TF Serving serves the newest.
@@ -116,8 +116,10 @@ def _build_archive(model, num_features, example_layout):
         return tf.where(mask, scores, tf.zeros_like(scores))
 
     def score_elwc(elwc):
-        features, mask, _ = records.parse_elwc(elwc, num_features, layout=example_layout)
-        return {"scores": score(features, mask)}
+        # DecodeProtoV2 refuses an empty batch: one empty list is appended and its row dropped.
+        padded = tf.concat([elwc, [""]], axis=0)
+        features, mask, _ = records.parse_elwc(padded, num_features, layout=example_layout)
+        return {"scores": score(features, mask)[:-1]}
 
     def score_features(features):
         received = tf.shape(features)

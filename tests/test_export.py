@@ -235,6 +235,38 @@ def test_empty_requests_get_empty_scores(loaded):
         assert scores.dtype == tf.float32 and scores.shape[0] == 0, name
 
 
+_NOT_A_PROTO = b"\xff\xfe not a protobuf"
+_EXPECTED_PROTOS = {  # signature: (argument, start of its error)
+    "serving_default": ("elwc", "serving_default expects `elwc`: serialized ExampleListWith"),
+    "score_examples": ("examples", "score_examples expects `examples`: serialized tf.Example"),
+}
+
+
+@needs_tensorflow
+@pytest.mark.parametrize(
+    "signature, sent",
+    [
+        ("serving_default", "tf.Example"),
+        ("serving_default", "random bytes"),
+        ("score_examples", "ELWC"),
+        ("score_examples", "random bytes"),
+    ],
+)
+def test_wrong_proto_kind_gets_a_clear_error(loaded, signature, sent):
+    import tensorflow as tf
+
+    features, mask = _lists(7)
+    elwc, examples = _requests(features, mask)
+    strings = {"tf.Example": examples[:2], "ELWC": elwc[:2], "random bytes": [_NOT_A_PROTO]}[sent]
+    argument, expected = _EXPECTED_PROTOS[signature]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=expected) as raised:
+        loaded.signatures[signature](**{argument: tf.constant(strings)})
+    message = str(raised.value)
+    assert f"Number of strings received:] [{len(strings)}]" in message
+    for raw_bytes in ("Could not parse", "not a protobuf", "features"):  # the requests' own text
+        assert raw_bytes not in message
+
+
 def _watch_write_out(monkeypatch, then_fail=False):
     """Wraps ExportArchive.write_out to record what a watcher of the model dir sees meanwhile."""
     seen = []

@@ -20,7 +20,10 @@ also checks it in the graph, since TF Serving feeds a tensor without comparing i
 signature's: a request with the wrong feature count fails with a message naming the expected F and
 the received shape, rather than with a matrix-size error deep in the network. Every valid slot is
 scored: the scores are per document, so a client pads short lists with any values and ignores their
-scores. An empty batch gets empty scores from every signature.
+scores. An empty batch gets empty scores from every signature. A string signature sent strings that
+are not its proto kind (a tf.Example to `serving_default`, an ELWC to `score_examples`, any other
+bytes) fails with an InvalidArgumentError naming the signature and the proto it expects; TF's own
+parse errors would quote the raw bytes.
 
 Versions are integers. Without `version`, the next integer after the largest existing version is
 used (1 for a new model), so versions sort in export order and TF Serving serves the newest.
@@ -104,6 +107,43 @@ def _check_model_accepts(model, num_features):
         )
 
 
+# A key no document has: asking for it makes tf.io.parse_example check every Example's wire format
+# (Example, Features, map entries) without reading a feature value.
+_WIRE_CHECK_KEY = "tfapprox.wire_check"
+
+
+def _count_documents(examples):
+    """Returns the number of serialized tf.Example `examples`, or fails if one does not parse."""
+    import tensorflow as tf
+
+    parsed = tf.io.parse_example(
+        tf.reshape(examples, [-1]), {_WIRE_CHECK_KEY: tf.io.VarLenFeature(tf.string)}
+    )
+    return parsed[_WIRE_CHECK_KEY].dense_shape[0]
+
+
+def _count_list_slots(elwc):
+    """Returns the number of document slots of the serialized ELWC `elwc` (lists times the longest
+    list), or fails if a list or one of its documents does not parse."""
+    from tfapprox.data import records
+
+    examples, _ = records.decode_elwc(elwc)
+    return _count_documents(examples)
+
+
+def _parses(serialized, count):
+    """Returns a bool scalar: whether `count(serialized)` runs without error.
+
+    It is tried inside tf.data, whose `ignore_errors` is the only way a graph can catch an op's
+    error: TF's parsers quote the request's raw bytes in theirs, which clients cannot even decode.
+    """
+    import tensorflow as tf
+
+    attempt = tf.data.Dataset.from_tensors(serialized).map(lambda s: count(s) >= 0)
+    fallback = tf.data.Dataset.from_tensors(False)
+    return attempt.ignore_errors().concatenate(fallback).take(1).get_single_element()
+
+
 def _build_archive(model, num_features, example_layout):
     """Returns a `keras.export.ExportArchive` holding the three scoring signatures."""
     import tensorflow as tf
@@ -118,7 +158,17 @@ def _build_archive(model, num_features, example_layout):
     def score_elwc(elwc):
         # DecodeProtoV2 refuses an empty batch: one empty list is appended and its row dropped.
         padded = tf.concat([elwc, [""]], axis=0)
-        features, mask, _ = records.parse_elwc(padded, num_features, layout=example_layout)
+        check = tf.debugging.Assert(
+            _parses(padded, _count_list_slots),
+            [
+                "serving_default expects `elwc`: serialized ExampleListWithContext protos, one "
+                "per list; some of the strings received are not (a serialized tf.Example per "
+                "document goes to score_examples). Number of strings received:",
+                tf.size(elwc),
+            ],
+        )
+        with tf.control_dependencies([check]):
+            features, mask, _ = records.parse_elwc(padded, num_features, layout=example_layout)
         return {"scores": score(features, mask)[:-1]}
 
     def score_features(features):
@@ -138,7 +188,17 @@ def _build_archive(model, num_features, example_layout):
         return {"scores": score(features, mask)}
 
     def score_examples(examples):
-        features = records.parse_examples(examples, num_features, layout=example_layout)
+        check = tf.debugging.Assert(
+            _parses(examples, _count_documents),
+            [
+                "score_examples expects `examples`: serialized tf.Example protos, one per "
+                "document; some of the strings received are not (a serialized "
+                "ExampleListWithContext goes to serving_default). Number of strings received:",
+                tf.size(examples),
+            ],
+        )
+        with tf.control_dependencies([check]):
+            features = records.parse_examples(examples, num_features, layout=example_layout)
         mask = tf.ones([tf.shape(features)[0], 1], dtype=tf.bool)
         return {"scores": score(features[:, None, :], mask)[:, 0]}
 

@@ -267,6 +267,31 @@ def test_wrong_proto_kind_gets_a_clear_error(loaded, signature, sent):
         assert raw_bytes not in message
 
 
+@needs_tensorflow
+def test_warmup_requests_run_on_every_signature(exported, loaded):
+    import tensorflow as tf
+
+    prediction_log_pb2 = pytest.importorskip("tensorflow_serving.apis.prediction_log_pb2")
+    path = os.path.join(exported[2], "assets.extra", "tf_serving_warmup_requests")
+    logs = [
+        prediction_log_pb2.PredictionLog.FromString(record)
+        for record in tf.data.TFRecordDataset(path).as_numpy_iterator()
+    ]
+    assert 0 < len(logs) <= 1000  # TF Serving reads at most 1000
+    warmed = []
+    for log in logs:
+        assert log.WhichOneof("log_type") == "predict_log"
+        request = log.predict_log.request
+        signature = loaded.signatures[request.model_spec.signature_name]
+        inputs = {name: tf.make_ndarray(tensor) for name, tensor in request.inputs.items()}
+        assert set(inputs) == set(signature.structured_input_signature[1])
+        scores = signature(**{name: tf.constant(value) for name, value in inputs.items()})["scores"]
+        assert scores.shape[0] == len(next(iter(inputs.values())))
+        warmed.append(request.model_spec.signature_name)
+    assert sorted(set(warmed)) == sorted(export.SIGNATURES)
+    assert len(warmed) > len(export.SIGNATURES)  # more than one request size each
+
+
 def _watch_write_out(monkeypatch, then_fail=False):
     """Wraps ExportArchive.write_out to record what a watcher of the model dir sees meanwhile."""
     seen = []

@@ -25,6 +25,10 @@ are not its proto kind (a tf.Example to `serving_default`, an ELWC to `score_exa
 bytes) fails with an InvalidArgumentError naming the signature and the proto it expects; TF's own
 parse errors would quote the raw bytes.
 
+Each version also holds TF Serving's warm-up file, `assets.extra/tf_serving_warmup_requests`: a
+TFRecord file of PredictionLog requests, every signature at two sizes, which TF Serving runs when it
+loads the version so that the first real request does not pay for initialising the graph.
+
 Versions are integers. Without `version`, the next integer after the largest existing version is
 used (1 for a new model), so versions sort in export order and TF Serving serves the newest.
 The SavedModel is written to a hidden temporary directory next to the version directories
@@ -218,6 +222,62 @@ def _build_archive(model, num_features, example_layout):
     return archive
 
 
+# TF Serving replays this file's requests when it loads a version (its "SavedModel warmup").
+_WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+# (lists, documents per list) of the warm-up requests: a single document and a small batch.
+_WARMUP_SIZES = ((1, 1), (4, 10))
+
+
+def _warmup_requests(num_features):
+    """Yields `(signature, inputs)`: every signature at every `_WARMUP_SIZES`, all features 0.
+
+    The documents are vector-layout Examples; a `"per_feature"` model reads them as all-zero
+    documents too (it ignores their `"features"` key).
+    """
+    from tfapprox.data import records
+
+    for lists, documents in _WARMUP_SIZES:
+        features = np.zeros((lists, documents, num_features), "float32")
+        elwc = [records.encode_elwc(list_features) for list_features in features]
+        examples = records.encode_examples(features.reshape(-1, num_features))
+        yield "serving_default", {"elwc": np.array(elwc, dtype=object)}
+        yield "score_features", {"features": features}
+        yield "score_examples", {"examples": np.array(examples, dtype=object)}
+
+
+def _prediction_log(signature, inputs):
+    """Returns a serialized `tensorflow.serving.PredictionLog` holding one PredictRequest.
+
+    Written in the protobuf wire format, so that tensorflow-serving-api is not needed; the field
+    numbers are those of tensorflow_serving/apis: PredictionLog.predict_log = 6,
+    PredictLog.request = 1, PredictRequest.model_spec = 1 and .inputs = 2 (map entries: key = 1,
+    value = 2, a TensorProto), ModelSpec.signature_name = 3. The model name is left out: TF Serving
+    runs warm-up requests on the version it is loading, whatever name it serves it under.
+    """
+    import tensorflow as tf
+
+    from tfapprox.data.records import _field
+
+    model_spec = _field(1, _field(3, signature.encode()))
+    entries = (
+        _field(1, name.encode()) + _field(2, tf.make_tensor_proto(value).SerializeToString())
+        for name, value in inputs.items()
+    )
+    request = model_spec + b"".join(_field(2, entry) for entry in entries)
+    return _field(6, _field(1, request))
+
+
+def _write_warmup_requests(saved_model_dir, num_features):
+    """Writes TF Serving's warm-up file (TFRecords of PredictionLog) into `saved_model_dir`."""
+    import tensorflow as tf
+
+    path = os.path.join(saved_model_dir, _WARMUP_FILE)
+    os.mkdir(os.path.dirname(path))
+    with tf.io.TFRecordWriter(path) as writer:
+        for signature, inputs in _warmup_requests(num_features):
+            writer.write(_prediction_log(signature, inputs))
+
+
 def export_saved_model(
     model, base_dir, name, num_features, version=None, *, example_layout="vector"
 ):
@@ -263,6 +323,7 @@ def export_saved_model(
     os.mkdir(staging)
     try:
         _build_archive(model, num_features, example_layout).write_out(staging, verbose=False)
+        _write_warmup_requests(staging, num_features)
         if os.path.lexists(target):
             raise FileExistsError(
                 f"Version {version} of model {name!r} appeared during export: {target}"

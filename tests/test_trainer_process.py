@@ -80,6 +80,27 @@ def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
     assert "| ndcg@5 |" in rerun.stdout
 
 
+# What TensorFlow logs at start-up on a machine without a GPU, though nothing is wrong.
+START_UP_NOTICES = ("cuInit", "oneDNN", "cudart", "absl::InitializeLog", "cpu_feature_guard")
+
+
+def test_command_lines_keep_tensorflow_start_up_quiet(tmp_path):
+    env = run_env()
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    run_dir = tmp_path / "run"
+    trained = subprocess.run(
+        trainer_command("--config", str(write_config(tmp_path, epochs=1)), "--run-dir", str(run_dir)),
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    converted = subprocess.run(
+        [sys.executable, "-m", "tfapprox.data", "convert",
+         str(next((tmp_path / "cache").glob("demo-*/train.txt"))), "--output", str(tmp_path / "records")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert converted.returncode == 0, converted.stderr[-3000:]
+    for done in (trained, converted):
+        assert not [notice for notice in START_UP_NOTICES if notice in done.stderr], done.stderr[-3000:]
+
+
 # Holds a run directory's lock, as a trainer training in it does, until killed.
 HOLD_RUN_DIR = """
 import sys, time

@@ -87,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
                         f"({', '.join(config_lib.PRESETS)}; default demo)")
     common.add_argument("--print-config", action="store_true",
                         help="print the resolved config as YAML and exit")
+    common.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up and C++ log messages (hidden by default)")
 
     g = common.add_argument_group("data")
     g.add_argument("--data-dir", help="LETOR fold directory (train.txt, vali.txt, test.txt); for cv a "
@@ -224,8 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
 
-    # TensorFlow loads here, after argument errors. A multi-worker strategy must exist before
-    # TensorFlow runs any op, so it is made before the loss and metrics are checked.
+    # TensorFlow loads here, after argument errors, and through tfapprox first: its import keeps
+    # TensorFlow's start-up quiet without --verbose (tfapprox/_startup.py). A multi-worker strategy
+    # must exist before TensorFlow runs any op, so it is made before the loss and metrics are checked.
+    import tfapprox  # noqa: F401
     from trainer import checkpoint, distribute, run_lock
 
     strategy = config.runtime.strategy if args.command in ("train", "cv") else "default"

@@ -89,8 +89,11 @@ def _synthetic(args) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfapprox.data", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up and C++ log messages (hidden by default)")
 
-    p = commands.add_parser("convert", help="LETOR text -> sharded TFRecords + spec.json")
+    p = commands.add_parser("convert", parents=[common], help="LETOR text -> sharded TFRecords + spec.json")
     p.add_argument("inputs", nargs="+", help="LETOR/SVMlight files, or one fold-layout directory")
     p.add_argument("--output", required=True, help="output directory")
     p.add_argument("--shards", type=int, default=1, help="number of TFRecord files (default 1)")
@@ -118,12 +121,12 @@ def main(argv=None) -> int:
     )
     p.set_defaults(run=_convert)
 
-    p = commands.add_parser("check", help="read every record and verify counts")
+    p = commands.add_parser("check", parents=[common], help="read every record and verify counts")
     p.add_argument("patterns", nargs="+", help="TFRecord files, globs or directories")
     p.add_argument("--num-features", type=int, default=None)
     p.set_defaults(run=_check)
 
-    p = commands.add_parser("synthetic", help="write generated train/vali/test LETOR files")
+    p = commands.add_parser("synthetic", parents=[common], help="write generated train/vali/test LETOR files")
     p.add_argument("output", help="output directory")
     p.add_argument("--queries", type=int, default=300)
     p.add_argument("--docs", type=int, default=40, help="mean documents per query")

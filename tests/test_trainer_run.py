@@ -1,6 +1,11 @@
 """End-to-end trainer runs in this process, on tiny generated data (a few seconds each)."""
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import keras
@@ -139,6 +144,26 @@ def test_evaluate_and_export_commands(trained, tmp_path, capsys):
 
     assert main(["export", "--run-dir", run_dir, "--export-dir", str(tmp_path), "--version", "7"]) == 0
     assert (tmp_path / "tfapprox_demo" / "7" / "saved_model.pb").is_file()
+
+
+def test_export_removes_what_killed_exports_left(trained, tmp_path):
+    config, _, _ = trained
+    model_dir = tmp_path / "tfapprox_demo"
+    host = socket.gethostname()
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+    killed = model_dir / f".tmp-1-{host}-{int(finished.stdout)}-{'0' * 32}"
+    running = model_dir / f".tmp-1-{host}-{os.getpid()}-{'1' * 32}"  # a live export's
+    elsewhere = model_dir / f".tmp-1-{host}x-1-{'2' * 32}"  # another host's, recent
+    old = model_dir / f".tmp-1-{'3' * 32}"  # two days old, its writer not named
+    for staging in (killed, running, elsewhere, old):
+        staging.mkdir(parents=True)
+        (staging / "saved_model.pb").write_bytes(b"half written")
+    two_days_ago = time.time() - 2 * 24 * 3600
+    os.utime(old, (two_days_ago, two_days_ago))
+
+    assert main(["export", "--run-dir", config.train.run_dir, "--export-dir", str(tmp_path)]) == 0
+    assert sorted(p.name for p in model_dir.iterdir()) == sorted(["1", running.name, elsewhere.name])
 
 
 def test_evaluate_needs_a_trained_run(tmp_path):

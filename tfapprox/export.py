@@ -34,14 +34,18 @@ used (1 for a new model), so versions sort in export order and TF Serving serves
 The SavedModel is written to a hidden temporary directory next to the version directories
 (`base_dir/name/.tmp-...`, which TF Serving ignores because its name is not a number) and renamed
 into place in one `os.rename`, so a watcher never sees a half-written version; a failed export
-removes the temporary directory and leaves no version behind.
+removes the temporary directory and leaves no version behind. One left by a killed export is removed
+by the next export of the model once its writer, named in it, is gone (or after a day).
 
 Export needs the TensorFlow backend. A model trained with another backend can be saved as `.keras`
 and exported from a process running with `KERAS_BACKEND=tensorflow`.
 """
 
 import os
+import re
 import shutil
+import socket
+import time
 import uuid
 
 import keras
@@ -317,9 +321,12 @@ def export_saved_model(
     if os.path.lexists(target):
         raise FileExistsError(f"Version {version} of model {name!r} already exists: {target}")
 
+    _remove_stale_staging(model_dir)
     # os.mkdir (unlike tempfile.mkdtemp's 0700) honours the umask, so the renamed version is
     # readable by a TF Serving process running as another user.
-    staging = os.path.join(model_dir, f".tmp-{version}-{uuid.uuid4().hex}")
+    staging = os.path.join(
+        model_dir, f".tmp-{version}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}"
+    )
     os.mkdir(staging)
     try:
         _build_archive(model, num_features, example_layout).write_out(staging, verbose=False)
@@ -333,3 +340,41 @@ def export_saved_model(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+# A staging directory names its writer: .tmp-<version>-<host>-<pid>-<random hex>.
+_STAGING_NAME = re.compile(r"\.tmp-\d+-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{32}")
+_STAGING_MAX_AGE_SECONDS = 24 * 3600
+
+
+def _remove_stale_staging(model_dir):
+    """Deletes the staging directories of killed exports: those whose writer on this host is no
+    longer running, and any untouched for a day (another host's, or named before writers were)."""
+    for name in os.listdir(model_dir):
+        path = os.path.join(model_dir, name)
+        if not name.startswith(".tmp-"):
+            continue
+        match = _STAGING_NAME.fullmatch(name)
+        writer_gone = (
+            match is not None
+            and match["host"] == socket.gethostname()
+            and not _is_running(int(match["pid"]))
+        )
+        try:
+            too_old = time.time() - os.path.getmtime(path) > _STAGING_MAX_AGE_SECONDS
+        except FileNotFoundError:  # its export just finished or failed
+            continue
+        if writer_gone or too_old:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _is_running(pid):
+    if os.name != "posix":  # os.kill(pid, 0) would signal it there; rely on age
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # running, as another user
+        pass
+    return True

@@ -55,24 +55,41 @@ def backend():
     return os.environ.get("KERAS_BACKEND", "tensorflow")
 
 
-def loss_and_grad(loss_fn, labels, scores):
+# How a value and its gradient can be computed on each backend: op by op, or compiled.
+COMPILE_MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("eager", "jit")}.get(
+    backend(), ("eager",))
+
+
+def loss_and_grad(loss_fn, labels, scores, mode="eager"):
     """Returns (value, d value / d scores) as numpy, on the active Keras backend.
 
-    `loss_fn(labels, scores_tensor)` must return a scalar (it is summed otherwise).
+    `loss_fn(labels, scores_tensor)` must return a scalar (it is summed otherwise). `mode` is one
+    of `COMPILE_MODES`; compiled, the gradient is taken inside the compiled function, as in a
+    Keras train step.
     """
     name = backend()
     if name == "tensorflow":
         import tensorflow as tf
-        x = tf.convert_to_tensor(scores)
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            value = tf.reduce_sum(loss_fn(labels, x))
-        return value.numpy(), tape.gradient(value, x).numpy()
+
+        def value_and_grad(y, x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                value = tf.reduce_sum(loss_fn(y, x))
+            return value, tape.gradient(value, x)
+
+        if mode != "eager":
+            value_and_grad = tf.function(value_and_grad, jit_compile=mode == "xla")
+        if labels is not None:
+            labels = tf.convert_to_tensor(labels)
+        value, grad = value_and_grad(labels, tf.convert_to_tensor(scores))
+        return value.numpy(), grad.numpy()
     if name == "jax":
         import jax
         import jax.numpy as jnp
-        value, grad = jax.value_and_grad(lambda s: jnp.sum(loss_fn(labels, s)))(
-            jnp.asarray(scores))
+        value_and_grad = jax.value_and_grad(lambda s, y: jnp.sum(loss_fn(y, s)))
+        if mode == "jit":
+            value_and_grad = jax.jit(value_and_grad)
+        value, grad = value_and_grad(jnp.asarray(scores), labels)
         return np.asarray(value), np.asarray(grad)
     import torch
     x = torch.tensor(scores, requires_grad=True)

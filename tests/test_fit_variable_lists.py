@@ -6,12 +6,11 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import backend, registered
+from conftest import COMPILE_MODES, registered
 from tfapprox import losses, models
 
 NUM_FEATURES = 5
 LIST_SIZES = (7, 12, 4, 12)  # one batch each; the list dimension changes from batch to batch
-MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("eager", "jit")}[backend()]
 
 
 def variable_length_batches(seed=0, batch=4):
@@ -49,7 +48,7 @@ def test_every_registered_loss_is_selectable_by_name():
     assert {type(loss) for loss in registered(keras.losses.Loss)} == set(losses.LOSSES.values())
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("loss", registered(keras.losses.Loss), ids=lambda l: type(l).__name__)
 def test_every_loss_trains_on_variable_length_lists(loss, mode):
     model, history = fit(loss, mode)
@@ -63,7 +62,7 @@ def test_every_loss_trains_on_variable_length_lists(loss, mode):
         "no gradient reached the scorer")
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", COMPILE_MODES)
 def test_every_metric_updates_on_variable_length_lists(mode):
     metric_list = registered(keras.metrics.Metric)
     _, history = fit(losses.ApproxNDCGLoss(), mode, metric_list)

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import loss_and_grad, random_batch, to_numpy
+from conftest import COMPILE_MODES, loss_and_grad, random_batch, registered, to_numpy
 from tfapprox import losses
 
 ALL_LOSSES = [
@@ -94,6 +94,46 @@ def test_gradients_stay_finite(loss, case, rng):
                                                        losses.ApproxAPLoss,
                                                        losses.ApproxPrecisionLoss)):
         assert value == 0
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (0, 0)], ids=["no_lists", "empty_lists",
+                                                                  "nothing"])
+@pytest.mark.parametrize("loss", registered(keras.losses.Loss), ids=lambda l: type(l).__name__)
+def test_a_batch_of_no_lists_or_of_empty_lists_has_zero_loss_and_zero_gradient(loss, shape,
+                                                                                 mode):
+    labels, scores = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+    value, grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores, mode)
+    assert value == 0 and grad.shape == shape
+    assert per_list(type(loss).from_config({**loss.get_config(), "reduction": None}),
+                    labels, scores).shape == (shape[0],)
+
+
+@pytest.mark.parametrize("loss", registered(keras.losses.Loss), ids=lambda l: type(l).__name__)
+def test_a_nan_label_on_a_real_document_makes_its_list_nan_not_padding(loss, rng):
+    labels, scores = random_batch(rng, batch=3, list_size=6, pad_fraction=0.0)
+    labels[:, 0] = 2.0
+    labels[0, 3] = np.nan
+    values = per_list(loss, labels, scores)
+    assert np.isnan(values[0]) and np.all(np.isfinite(values[1:]))
+    assert np.isnan(float(to_numpy(loss(labels, scores))))
+    masked = {"labels": labels, "mask": ~np.isnan(labels)}  # masked out, a NaN label is padding
+    assert np.all(np.isfinite(per_list(loss, masked, scores)))
+
+
+@pytest.mark.parametrize("name, params", [
+    ("approx_ndcg", {}), ("approx_ndcg", {"topk": 2}), ("weighted_ranknet", {}),
+    ("weighted_listmle", {"topk": 3})])
+def test_labels_of_128_and_more_give_the_formula_not_nan(name, params, rng):
+    """2^128 overflows float32: the gains are scaled per list, which NDCG's ratios cancel."""
+    for offset in (60.0, 150.0, 1000.0):
+        n = int(rng.integers(3, 9))
+        y = (rng.permutation(n).astype(np.float32) + 2) / 2 + offset
+        y[rng.integers(n)] = 0.0
+        s = rng.normal(size=n).astype(np.float32)
+        ours = per_list(losses.get(name, reduction=None, **params), y[None], s[None])[0]
+        assert math.isclose(ours, _reference(name, y.astype(float), s.astype(float), **params),
+                            rel_tol=2e-5, abs_tol=1e-6), offset
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

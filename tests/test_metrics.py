@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import random_batch, to_numpy
+from conftest import backend, random_batch, registered, to_numpy
 from tfapprox import losses, metrics
 
 
@@ -95,6 +95,40 @@ def test_nan_scores_are_reported_not_hidden():
     labels = np.array([[1.0, 0.0, -1.0]], np.float32)
     assert result(metrics.NDCG(), labels, np.array([[1.0, 0.0, np.nan]], np.float32)) == 1.0
     assert math.isnan(result(metrics.NDCG(), labels, np.array([[np.nan, 0.0, 0.0]], np.float32)))
+
+
+def test_nan_labels_on_real_documents_are_reported_not_taken_for_padding():
+    scores = np.array([[1.0, 0.0, 0.5]], np.float32)
+    for metric in registered(keras.metrics.Metric):
+        assert math.isnan(result(metric, np.array([[0.0, np.nan, -1.0]], np.float32), scores))
+        masked = {"labels": np.array([[1.0, np.nan, 0.0]], np.float32),
+                  "mask": np.array([[True, False, True]])}
+        assert math.isfinite(result(metric, masked, scores)), metric.name
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (0, 0)])
+def test_a_batch_of_no_lists_or_of_empty_lists_counts_nothing(shape):
+    empty = np.zeros(shape, np.float32)
+    for metric in registered(keras.metrics.Metric):
+        metric.update_state(np.ones((1, 2), np.float32), np.array([[1.0, 0.0]], np.float32))
+        before = float(to_numpy(metric.result()))
+        metric.update_state(empty, empty)
+        assert float(to_numpy(metric.result())) == before, metric.name
+    if backend() == "tensorflow":
+        import tensorflow as tf
+        for metric in registered(keras.metrics.Metric):
+            tf.function(metric.update_state, jit_compile=True)(empty, empty)
+            assert float(to_numpy(metric.result())) == 0.0
+
+
+def test_ndcg_of_labels_of_128_and_more_is_the_formula_not_nan():
+    labels = np.array([[300.0, 0.0, 299.0, 130.0]], np.float32)
+    scores = np.array([[0.1, 0.9, 0.5, 0.2]], np.float32)
+    gains = 2.0 ** labels[0].astype(float) - 1  # float64 holds them exactly enough
+    dcg = sum(g / math.log2(1 + r) for g, r in zip(gains, [4, 1, 2, 3]))
+    ideal = sum(g / math.log2(2 + i) for i, g in enumerate(sorted(gains, reverse=True)))
+    assert math.isclose(result(metrics.NDCG(), labels, scores), dcg / ideal, rel_tol=1e-6)
+    assert 0.0 < result(metrics.ApproxNDCGMetric(alpha=100.0), labels, scores) <= 1.0
 
 
 def test_single_document_lists_and_half_precision(rng):

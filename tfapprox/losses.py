@@ -6,7 +6,9 @@ never influence a value or a gradient, and may hold anything, NaN included.
 
 Each loss first computes one value per list. A list for which the loss is undefined — no relevant
 document, or fewer than two comparable documents for a pairwise loss — contributes 0 and a zero
-gradient. Reductions:
+gradient; so does a batch of no lists or of empty lists. A NaN label on a real document makes its
+list's loss NaN (it is not taken for padding). Labels of 128 and more (2^128 overflows float32) are
+fine: see `tfapprox.ops.gains`. Reductions:
 
 - `"sum_over_batch_size"` (default; `"mean"` is the same): the mean over the lists that *have* a
   loss, weighted by `sample_weight` (one weight per list) when given. Lists without a loss do not
@@ -66,10 +68,13 @@ class RankingLoss(keras.losses.Loss):
         raise NotImplementedError
 
     def losses_and_flags(self, y_true, y_pred):
-        """Returns the loss of each list (0 where it has none) and whether it has one, `[B]`."""
+        """Returns the loss of each list (0 where it has none, NaN where a label is NaN) and
+        whether it has one, `[B]`."""
         labels, mask, scores = rank_ops.standardize(y_true, y_pred)
         loss, has_loss = self.per_list(labels, mask, scores)
-        return ops.where(has_loss, loss, 0.0), has_loss
+        nan_label = rank_ops.nan_label_lists(labels)
+        loss = ops.where(nan_label, float("nan"), ops.where(has_loss, loss, 0.0))
+        return loss, ops.logical_or(has_loss, nan_label)
 
     def call(self, y_true, y_pred):
         """Returns the loss of each list, `[B]`: 0 where the list has no loss."""
@@ -231,7 +236,7 @@ class RankNetLoss(RankingLoss):
 
     def pair_weights(self, labels, mask):
         """Returns the weight of each pair's upper document and the list normaliser."""
-        return ops.ones_like(labels), ops.ones_like(labels[:, 0])
+        return ops.ones_like(labels), ops.ones(ops.shape(labels)[:1])
 
     def per_list(self, labels, mask, scores):
         upper_label, lower_label = ops.expand_dims(labels, 2), ops.expand_dims(labels, 1)
@@ -292,7 +297,7 @@ class ListMLELoss(RankingLoss):
 
     def position_weights(self, labels, positions):
         """Returns the weight of each position's term and the list normaliser, inputs in y order."""
-        return ops.ones_like(labels), ops.ones_like(labels[:, 0])
+        return ops.ones_like(labels), ops.ones(ops.shape(labels)[:1])
 
     def per_list(self, labels, mask, scores):
         keys = rank_ops.tie_breaking_keys(scores, mask, self.seed)

@@ -71,4 +71,4 @@ def precision_at_k(relevance, positions, k):
 
 def reciprocal_rank(relevance, positions):
     """RR = max_x r(x)/π(x): one over the position of the first relevant document."""
-    return ops.max(relevance / positions.ranks, axis=-1)
+    return ops.max(relevance / positions.ranks, axis=-1, initial=0.0)

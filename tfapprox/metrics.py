@@ -8,8 +8,8 @@ Each metric is the mean over lists of a measure from `tfapprox.measures`. Conven
 - Lists with no relevant document are excluded from the mean by default
   (`empty_lists="exclude"`); `"zero"` counts them as 0, as LETOR's evaluation tool does. Lists
   with no real document at all are always excluded.
-- A NaN score on a real document makes that list's value NaN, so the metric reports NaN instead
-  of silently ranking the document somewhere.
+- A NaN score or a NaN label on a real document makes that list's value NaN, so the metric
+  reports NaN instead of silently ranking the document somewhere (or taking it for padding).
 - `sample_weight` is one weight per list.
 
 The approximation monitors (`ApproxNDCGMetric`, `ApproxAPMetric`) report the smooth surrogate a
@@ -61,11 +61,13 @@ class RankingMetric(keras.metrics.Metric):
         else:
             positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta)
         values = self.measure(labels, relevance, positions)
-        nan_score = ops.any(ops.logical_and(mask, ops.isnan(scores)), axis=-1)
-        values = ops.where(nan_score, float("nan"), values)
+        nan_input = ops.logical_or(ops.any(ops.logical_and(mask, ops.isnan(scores)), axis=-1),
+                                   rank_ops.nan_label_lists(labels))
+        values = ops.where(nan_input, float("nan"), values)
         counted = ops.any(mask, axis=-1)
         if self.empty_lists == "exclude":
             counted = ops.logical_and(counted, self.has_relevant(labels, relevance))
+        counted = ops.logical_or(counted, nan_input)
         weights = ops.cast(counted, rank_ops.COMPUTE_DTYPE)
         if sample_weight is not None:
             sample_weight = ops.cast(ops.reshape(sample_weight, (-1,)), rank_ops.COMPUTE_DTYPE)

@@ -20,7 +20,8 @@ def standardize(y_true, y_pred):
     `y_true` is a `[B, L]` tensor of graded labels (a label < 0 marks padding) or a dict
     `{"labels": [B, L], "mask": [B, L]}`; `y_pred` is `[B, L]` or `[B, L, 1]`. Padded slots get
     label 0 and score 0, so a NaN or huge value there cannot reach any value or gradient.
-    Scores in float16/bfloat16 are computed in float32.
+    A NaN label is not a padding marker: it stays, on a real document, for `nan_label_lists` to
+    find. Scores in float16/bfloat16 are computed in float32.
     """
     if isinstance(y_true, dict):
         if "labels" not in y_true:
@@ -30,7 +31,7 @@ def standardize(y_true, y_pred):
         labels, mask = y_true["labels"], y_true.get("mask")
     else:
         labels, mask = y_true, None
-    labels = ops.cast(ops.convert_to_tensor(labels), COMPUTE_DTYPE)
+    labels = ops.stop_gradient(ops.cast(ops.convert_to_tensor(labels), COMPUTE_DTYPE))
     scores = ops.cast(ops.convert_to_tensor(y_pred), COMPUTE_DTYPE)
     if len(scores.shape) == 3 and scores.shape[-1] == 1:
         scores = ops.squeeze(scores, axis=-1)
@@ -45,7 +46,7 @@ def standardize(y_true, y_pred):
         raise ValueError(
             f"y_true (labels) has shape {_static_shape(labels)} but y_pred (scores) has "
             f"shape {_static_shape(scores)}; both must be [batch, list_size]")
-    valid = ops.greater_equal(labels, 0.0)
+    valid = ops.logical_or(ops.greater_equal(labels, 0.0), ops.isnan(labels))
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
         if not _shapes_compatible(mask.shape, labels.shape):
@@ -56,6 +57,14 @@ def standardize(y_true, y_pred):
     labels = ops.where(valid, labels, 0.0)
     scores = ops.where(valid, scores, 0.0)
     return labels, valid, scores
+
+
+def nan_label_lists(labels):
+    """Returns bool `[B]`: whether a real document of the list has a NaN label.
+
+    Such a list's loss and metric are NaN, so bad labels are seen instead of silently ranked.
+    """
+    return ops.any(ops.isnan(labels), axis=-1)
 
 
 def _shapes_compatible(a, b):
@@ -78,7 +87,7 @@ def approx_ranks(scores, mask, alpha):
     so |α·Δs| up to 1e4 and beyond gives finite values and gradients.
     """
     scaled = ops.multiply(scores, alpha)
-    lowest = ops.min(ops.where(mask, scaled, 0.0), axis=-1, keepdims=True)
+    lowest = ops.min(ops.where(mask, scaled, 0.0), axis=-1, keepdims=True, initial=0.0)
     scaled = ops.where(mask, scaled, lowest - 1e4 - ops.abs(lowest))
     # above[b, x, y] = σ(α(s_y − s_x)): how much y is placed above x; the diagonal adds σ(0) = ½.
     above = ops.sigmoid(ops.expand_dims(scaled, 1) - ops.expand_dims(scaled, 2))
@@ -102,9 +111,21 @@ def exact_ranks(scores, mask):
     return 1.0 + ops.sum(ops.cast(above, COMPUTE_DTYPE), axis=-1)
 
 
+# Gains are exact up to 2^MAX_EXACT_GAIN_EXPONENT; above it a list's gains are scaled down.
+MAX_EXACT_GAIN_EXPONENT = 64.0
+
+
 def gains(labels):
-    """Returns the gain G(y) = 2^y − 1 of each label (0 on padded slots, whose label is 0)."""
-    return ops.power(2.0, labels) - 1.0
+    """Returns the gain G(y) = 2^y − 1 of each label (0 on padded slots, whose label is 0).
+
+    In a list whose largest label m exceeds 64, every gain is divided by 2^(m − 64), so that
+    labels of 128 and more (2^128 overflows float32) give finite gains. Only ratios of gains
+    within a list are used (NDCG, Chen et al.'s weights over N_C), and those the scale leaves as
+    they are; lists with labels ≤ 64 get the exact gains.
+    """
+    top = ops.max(labels, axis=-1, keepdims=True, initial=0.0)
+    shift = ops.maximum(top - MAX_EXACT_GAIN_EXPONENT, 0.0)
+    return ops.power(2.0, labels - shift) - ops.power(2.0, -shift)
 
 
 def discounts(ranks):
@@ -208,7 +229,8 @@ def suffix_logsumexp_minus_self(scores, mask):
     graph) they run in a while loop, which XLA compiles too.
     """
     fixed = ops.stop_gradient(scores)
-    lowest = ops.min(ops.where(mask, fixed, float("inf")), axis=-1, keepdims=True)
+    lowest = ops.min(ops.where(mask, fixed, float("inf")), axis=-1, keepdims=True,
+                     initial=float("inf"))
     lowest = ops.where(ops.isfinite(lowest), lowest, 0.0)  # a list without real documents
     high = ops.where(mask, fixed, lowest)
     total = ops.where(mask, ops.exp(scores - fixed), 0.0)

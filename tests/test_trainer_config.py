@@ -154,7 +154,8 @@ def test_a_repeated_single_value_flag_is_refused(argv, flag, capsys):
         parse_args(["train", *argv])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert flag in err and "given twice" in err
+    assert err.startswith(f"python -m trainer train: error: argument {flag}") and err.count("\n") == 1
+    assert "given twice" in err and err.rstrip().endswith("(see python -m trainer train --help)")
 
 
 # -- checkpoint ------------------------------------------------------------------------------------

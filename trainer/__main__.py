@@ -67,6 +67,13 @@ def _int_list(text: str) -> list[int]:
     return [int(item) for item in _comma_list(text)]
 
 
+class _Parser(argparse.ArgumentParser):
+    """Reports a command-line error in one line, pointing at --help, not under the whole usage."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 class _Once(argparse.Action):
     """Stores a flag's value, refusing a second occurrence instead of silently keeping the last."""
 
@@ -140,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--no-export", dest="export_enabled", action="store_false", default=None,
                    help="train without exporting")
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m trainer",
         description="Train, evaluate, export and cross-validate tfapprox rankers. Options override "
         "the config; with no command, `train` runs.",

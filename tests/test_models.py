@@ -59,14 +59,26 @@ def _moving_stats(model):
 
 
 def test_presets_halve_down_to_sixteen():
-    assert sorted(PRESETS, key=lambda k: int(k[1:])) == ["B64", "B128", "B256", "B512", "B1024"]
-    for name, widths in PRESETS.items():
+    b_nets = {name: widths for name, widths in PRESETS.items() if name != "LINEAR"}
+    assert sorted(b_nets, key=lambda k: int(k[1:])) == ["B64", "B128", "B256", "B512", "B1024"]
+    for name, widths in b_nets.items():
         assert widths[0] == int(name[1:]) and widths[-1] == 16
         assert all(wider == 2 * narrower for wider, narrower in zip(widths, widths[1:]))
     assert PRESETS["B1024"] == (1024, 512, 256, 128, 64, 32, 16)  # Bruch et al. 2019
     assert build_scorer("b256").hidden_units == PRESETS["B256"]
     with pytest.raises(ValueError, match="preset must be one of .* received preset='B100'"):
         build_scorer("B100")
+
+
+def test_the_linear_preset_scores_an_affine_function_of_the_features():
+    rng = np.random.default_rng(0)
+    model = build_scorer("linear")
+    features = rng.normal(size=(3, 4, 6)).astype(np.float32)
+    model(features)  # builds
+    scores = keras.ops.convert_to_numpy(model(features, training=False))
+    flat = np.c_[features.reshape(-1, 6), np.ones(12)]
+    residual = np.linalg.lstsq(flat, scores.reshape(-1), rcond=None)[1]
+    assert model.hidden_units == () and residual.size == 1 and residual[0] < 1e-8
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,10 @@ from keras import ops
 
 __all__ = ["PRESETS", "DNNScorer", "MaskedBatchNormalization", "build_scorer"]
 
-# Hidden-layer widths of the B-nets: B<n> starts at n units and halves down to 16.
+# Hidden-layer widths of the B-nets: B<n> starts at n units and halves down to 16. LINEAR has no
+# hidden layer: batch-normalised features and one Dense(1), a linear scorer (as in Chen et al. 2009).
 PRESETS = {
+    "LINEAR": (),
     "B64": (64, 32, 16),
     "B128": (128, 64, 32, 16),
     "B256": (256, 128, 64, 32, 16),

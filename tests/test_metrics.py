@@ -183,3 +183,13 @@ def test_get_passes_parameters():
 def test_unknown_metric_names_are_rejected(name):
     with pytest.raises(ValueError, match="metric"):
         metrics.get(name)
+
+
+def test_per_list_values_are_what_the_mean_averages(rng):
+    labels, scores = random_batch(rng, batch=12, list_size=9)
+    labels[0] = 0.0  # a list without a relevant document
+    for metric in registered(keras.metrics.Metric):
+        values, counted = (to_numpy(x) for x in metric.per_list(labels, scores))
+        assert values.shape == counted.shape == (12,) and not counted[0]
+        assert math.isclose(float(np.mean(values[counted])), result(metric, labels, scores),
+                            rel_tol=1e-6), metric.name

@@ -53,7 +53,10 @@ class RankingMetric(keras.metrics.Metric):
         """Returns whether each list has a relevant document (what the measure needs)."""
         return ops.sum(relevance, axis=-1) > 0
 
-    def update_state(self, y_true, y_pred, sample_weight=None):
+    def per_list(self, y_true, y_pred):
+        """Returns `(values [B], counted [B] bool)`: the measure of each list, and whether the
+        list counts towards the mean (it has real documents and, with `empty_lists="exclude"`, a
+        relevant one). For per-query analyses such as paired significance tests."""
         labels, mask, scores = rank_ops.standardize(y_true, y_pred)
         relevance = rank_ops.binary_relevance(labels, mask, self.relevance_threshold)
         if self.alpha is None:
@@ -67,7 +70,10 @@ class RankingMetric(keras.metrics.Metric):
         counted = ops.any(mask, axis=-1)
         if self.empty_lists == "exclude":
             counted = ops.logical_and(counted, self.has_relevant(labels, relevance))
-        counted = ops.logical_or(counted, nan_input)
+        return values, ops.logical_or(counted, nan_input)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        values, counted = self.per_list(y_true, y_pred)
         weights = ops.cast(counted, rank_ops.COMPUTE_DTYPE)
         if sample_weight is not None:
             sample_weight = ops.cast(ops.reshape(sample_weight, (-1,)), rank_ops.COMPUTE_DTYPE)

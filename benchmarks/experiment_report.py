@@ -1,0 +1,317 @@
+"""docs/results.md and its plots, rebuilt from the cached runs of `benchmarks.experiments`.
+
+Selection: for each setting, fold and seed, the grid point with the best validation NDCG@10.
+Figures: the mean over folds of the test metric, per seed; shown as mean ± std over seeds.
+Significance: a paired t-test over the test queries of the folds both settings have, each query's
+value averaged over the seeds both have (scipy.stats.ttest_rel, two-sided).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import experiments as ex
+from benchmarks.experiment_runs import METRICS, SELECT_METRIC
+
+PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
+    "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),
+    "listmle": (0.4471, 0.4347), "weighted_listmle": (0.4588, 0.4453)}
+
+
+class Selected:
+    """One setting on one dataset: per (fold, seed) the selected run's per-query test values."""
+
+    def __init__(self, setting, dataset, cache, folds, seeds, epochs):
+        self.setting, self.dataset = setting, dataset
+        self.planned = len(folds) * len(seeds)
+        self.by_fold_seed = {}
+        for fold in folds:
+            for seed in seeds:
+                points = [run for run in ex.runs_of(setting, dataset, [fold], [seed], epochs)]
+                found = [json.loads(p.read_text()) for p in
+                         (run.cache_path(cache) for run in points) if p.exists()]
+                if len(found) == len(points):  # every grid point, or the choice is not made
+                    self.by_fold_seed[fold, seed] = max(
+                        found, key=lambda r: r["validation"][SELECT_METRIC])
+
+    @property
+    def seeds(self):
+        return sorted({seed for _, seed in self.by_fold_seed})
+
+    def complete_seeds(self, folds):
+        return [s for s in self.seeds if all((f, s) in self.by_fold_seed for f in folds)]
+
+    def fold_mean(self, seed, folds, metric, zero_empty=False):
+        """Mean over folds of the test metric of one seed."""
+        return float(np.mean([_query_mean(self.by_fold_seed[f, seed]["test"], metric, zero_empty)
+                              for f in folds]))
+
+    def cell(self, folds, metric, zero_empty=False):
+        seeds = self.complete_seeds(folds)
+        if not seeds:
+            return None
+        values = [self.fold_mean(s, folds, metric, zero_empty) for s in seeds]
+        return float(np.mean(values)), float(np.std(values, ddof=1) if len(values) > 1 else 0.0)
+
+    def validation_mean(self, folds):
+        """Mean validation NDCG@10 of the selected runs of the complete seeds."""
+        return float(np.mean([self.by_fold_seed[f, s]["validation"][SELECT_METRIC]
+                              for f in folds for s in self.complete_seeds(folds)]))
+
+    def per_query(self, folds, seeds, metric):
+        """Returns {(fold, qid): value averaged over `seeds`} over queries with a relevant doc."""
+        out = {}
+        for fold in folds:
+            runs = [self.by_fold_seed[fold, s] for s in seeds]
+            relevant = np.asarray(runs[0]["test"]["relevant"])
+            values = np.mean([r["test"]["values"][metric] for r in runs], axis=0)
+            for qid, value, keep in zip(runs[0]["qids"], values, relevant):
+                if keep:
+                    out[fold, qid] = float(value)
+        return out
+
+
+def _query_mean(test, metric, zero_empty):
+    values, relevant = np.asarray(test["values"][metric]), np.asarray(test["relevant"])
+    return float(values[relevant].sum() / (len(values) if zero_empty else relevant.sum()))
+
+
+def paired(a: Selected, b: Selected, folds, metric):
+    """Returns (mean difference a − b, p-value, number of queries), or None without common runs."""
+    from scipy import stats
+
+    seeds = sorted(set(a.complete_seeds(folds)) & set(b.complete_seeds(folds)))
+    if not seeds:
+        return None
+    qa, qb = a.per_query(folds, seeds, metric), b.per_query(folds, seeds, metric)
+    keys = sorted(qa)
+    x, y = np.array([qa[k] for k in keys]), np.array([qb[k] for k in keys])
+    p = float(stats.ttest_rel(x, y).pvalue) if np.any(x != y) else 1.0
+    return float(np.mean(x - y)), p, len(keys)
+
+
+def _fmt(cell):
+    return "not run" if cell is None else f"{cell[0]:.4f} ± {cell[1]:.4f}"
+
+
+def _fmt_test(result):
+    if result is None:
+        return "—"
+    diff, p, _ = result
+    return f"{diff:+.4f} (p = {p:.3f})"
+
+
+def table(rows, folds, metrics=METRICS, zero_empty=False, names=None):
+    header = ["setting", "seeds"] + list(metrics)
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for i, row in enumerate(rows):
+        name = names[i] if names else row.setting.label()
+        cells = [name, str(len(row.complete_seeds(folds)))]
+        cells += [_fmt(row.cell(folds, m, zero_empty)) for m in metrics]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write(studies, cache: Path, out: Path, datasets, folds, seeds, epochs) -> Path:
+    """Writes `out/results.md` and `out/results/*.png` for `studies` (as from
+    `experiments.studies`); returns the markdown's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results").mkdir(exist_ok=True)
+    pick = lambda s, d: Selected(s, d, cache, folds, seeds, epochs)  # noqa: E731
+    parts = [_header(datasets, folds, seeds, epochs)]
+    for dataset in datasets:
+        parts.append(f"\n## {dataset}\n")
+        rows = {name: [pick(s, dataset) for s in settings] for name, settings in studies.items()}
+        parts.append(_chen(rows["chen"], dataset, folds))
+        parts.append(_qin(rows["qin"], dataset, folds))
+        parts.append(_yilmaz(rows["yilmaz"], dataset, folds))
+        parts.append(_bruch(rows["bruch_alpha"], rows["bruch_depth"], dataset, folds, out))
+        parts.append(_lightgbm(rows, dataset, folds))
+        if dataset == "MQ2008":
+            parts.append(_letor_convention(rows["chen"] + rows["lightgbm"], folds))
+        parts.append(_tightness(rows["bruch_alpha"][ex.BRUCH_ALPHAS.index(10.0)], dataset,
+                                folds, out))
+    path = out / "results.md"
+    path.write_text("\n".join(parts) + "\n")
+    return path
+
+
+def _header(datasets, folds, seeds, epochs):
+    import tensorflow as tf
+
+    return (
+        "# Results: the papers' comparisons on LETOR data\n\n"
+        "Regenerate with `python -m benchmarks.experiments run` (resumes from the cache in "
+        "`benchmarks/results/`) and `python -m benchmarks.experiments report` (this page and its "
+        "plots from the cache alone); `--help` states the protocol. Folds "
+        f"{', '.join(map(str, folds))}; seeds {', '.join(map(str, seeds))}; neural runs: at most "
+        f"{epochs} epochs, epoch and grid point chosen on validation {SELECT_METRIC}. Each cell is "
+        "the mean over folds of the test metric, as mean ± std over seeds; `not run` marks a "
+        "setting whose runs are not (all) in the cache. Differences are paired t-tests over test "
+        "queries (each query averaged over seeds). Queries without a relevant document are left "
+        "out unless a table says otherwise.\n\n"
+        f"Generated {datetime.date.today()} on {platform.machine()} ({platform.processor() or 'cpu'}), "
+        f"Python {platform.python_version()}, TensorFlow {tf.__version__}.\n")
+
+
+def _chen(rows, dataset, folds):
+    lines = ["### Weighted vs plain RankNet and ListMLE (Chen et al. 2009, Table 1)\n",
+             "`python -m benchmarks.experiments run --study chen --dataset " + dataset + "`\n",
+             table(rows, folds), ""]
+    lines.append("| scorer | comparison | NDCG@5: weighted − plain | NDCG@10: weighted − plain |")
+    lines.append("|---|---|---|---|")
+    by_key = {(r.setting.model, r.setting.loss): r for r in rows}
+    for scorer in ("linear", "B64"):
+        for plain in ("ranknet", "listmle"):
+            weighted = by_key[scorer, "weighted_" + plain]
+            cells = [_fmt_test(paired(weighted, by_key[scorer, plain], folds, m))
+                     for m in ("ndcg@5", "ndcg@10")]
+            lines.append(f"| {scorer} | weighted_{plain} vs {plain} | {cells[0]} | {cells[1]} |")
+    if dataset == "OHSUMED":
+        lines.append("\nChen et al.'s linear models on the same folds (NDCG@5 / @10): " + ", ".join(
+            f"{name} {a:.4f} / {b:.4f}" for name, (a, b) in PUBLISHED_CHEN_OHSUMED.items()) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def _qin(rows, dataset, folds):
+    lines = ["### ApproxAP vs ApproxNDCG vs Approx P@10 (Qin et al. 2010, Tables 2-3)\n",
+             "`python -m benchmarks.experiments run --study qin --dataset " + dataset + "`\n",
+             table(rows, folds), "",
+             "Paired tests, in each measure, of the loss that optimises it against the others:\n",
+             "| measure | optimiser | vs | difference |", "|---|---|---|---|"]
+    own = {"map": rows[0], "ndcg@10": rows[1], "p@10": rows[2]}
+    for metric, mine in own.items():
+        for other in rows:
+            if other is not mine:
+                lines.append(f"| {metric} | {mine.setting.loss} | {other.setting.loss} | "
+                             f"{_fmt_test(paired(mine, other, folds, metric))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _yilmaz(rows, dataset, folds):
+    measures = {"AP": "map", "P@10": "p@10", "NDCG@10": "ndcg@10"}
+    rows = dict(zip(ex.YILMAZ_MEASURES, rows))
+    header = ["trained on \\ tested on"] + list(measures)
+    lines = ["### Train on one measure, test on another (Yilmaz & Robertson, Table 2)\n",
+             "`python -m benchmarks.experiments run --study yilmaz --dataset " + dataset + "`\n",
+             "Each cell: mean ± std over seeds, then the paired difference against the row trained "
+             "on the column's own measure (the diagonal).\n",
+             "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for name, row in rows.items():
+        cells = [f"{name} ({row.setting.label()})"]
+        for column, metric in measures.items():
+            text = _fmt(row.cell(folds, metric))
+            if name != column:
+                text += " " + _fmt_test(paired(row, rows[column], folds, metric))
+            cells.append(text)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _bruch(alphas, depths, dataset, folds, out):
+    lines = ["### ApproxNDCG: effect of α and of depth (Bruch et al. 2019)\n",
+             "`python -m benchmarks.experiments run --study bruch_alpha bruch_depth --dataset "
+             + dataset + "`\n",
+             table(alphas, folds, ("ndcg@5", "ndcg@10", "map")), "",
+             table(depths, folds, ("ndcg@5", "ndcg@10", "map"))]
+    for name, rows, xs, xlabel in (("alpha", alphas, ex.BRUCH_ALPHAS, "α (log scale)"),
+                                   ("depth", depths, ex.BRUCH_PRESETS, "scorer")):
+        png = _plot(rows, xs, xlabel, folds, out / "results" / f"{dataset.lower()}_{name}.png",
+                    f"{dataset}: ApproxNDCG, test metric vs {name}", log=name == "alpha")
+        if png:
+            lines.append(f"\n![{dataset} {name}](results/{png.name})")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(rows, xs, xlabel, folds, path, title, log):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    drawn = False
+    for metric in ("ndcg@5", "ndcg@10"):
+        points = [(i, x, row.cell(folds, metric)) for i, (x, row) in enumerate(zip(xs, rows))]
+        points = [(i, x, c) for i, x, c in points if c is not None]
+        if not points:
+            continue
+        drawn = True
+        where = [x if log else i for i, x, _ in points]
+        ax.errorbar(where, [c[0] for *_, c in points], yerr=[c[1] for *_, c in points],
+                    marker="o", capsize=3, label=metric)
+        if not log:
+            ax.set_xticks(where, [x for _, x, _ in points])
+    if not drawn:
+        plt.close(fig)
+        return None
+    if log:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test metric (mean ± std over seeds)")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _lightgbm(rows, dataset, folds):
+    lightgbm = rows["lightgbm"][0]
+    ours = [r for name, study in rows.items() if name != "lightgbm" for r in study]
+    ours = [r for r in ours if r.cell(folds, "ndcg@10") is not None]
+    lines = ["### LightGBM lambdarank vs the best tfapprox model\n",
+             "`python -m benchmarks.experiments run --study lightgbm --dataset " + dataset + "`\n",
+             table([lightgbm], folds)]
+    if ours and lightgbm.cell(folds, "ndcg@10") is not None:
+        best = max(ours, key=lambda r: r.validation_mean(folds))
+        lines += ["", f"Best tfapprox setting by validation {SELECT_METRIC} among those run: "
+                      f"{best.setting.label()}.\n",
+                  "| metric | best tfapprox − LightGBM |", "|---|---|"]
+        lines += [f"| {m} | {_fmt_test(paired(best, lightgbm, folds, m))} |"
+                  for m in ("ndcg@5", "ndcg@10", "map")]
+    return "\n".join(lines) + "\n"
+
+
+def _letor_convention(rows, folds):
+    return "\n".join([
+        "### MQ2008 with LETOR's convention (queries without a relevant document count as 0)\n",
+        table(rows, folds, ("ndcg@1", "ndcg@5", "ndcg@10", "map"), zero_empty=True)]) + "\n"
+
+
+def _tightness(row, dataset, folds, out):
+    """Plots exact and approximate NDCG@10 per epoch of one ApproxNDCG run (`row`)."""
+    runs = [row.by_fold_seed[k] for k in sorted(row.by_fold_seed)]
+    if not runs:
+        return "### Approximation tightness during training\n\nnot run\n"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    history = runs[0]["history"]  # one dict of logs per epoch
+    epochs = np.arange(1, len(history) + 1)
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for key, style in (("ndcg@10", "-"), ("approx_ndcg@10", "--"),
+                       ("val_ndcg@10", "-"), ("val_approx_ndcg@10", "--")):
+        ax.plot(epochs, [logs[key] for logs in history], style, marker=".", label=key)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("NDCG@10")
+    ax.set_title(f"{dataset} Fold{runs[0]['run']['fold']}: exact vs approx (α = 10)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "results" / f"{dataset.lower()}_tightness.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    gaps = [run["history"][-1]["approx_ndcg@10"] - run["history"][-1]["ndcg@10"] for run in runs]
+    return ("### Approximation tightness during training (Qin et al. Fig. 3)\n\n"
+            f"Train and validation NDCG@10, exact and approximate (α = 10), per epoch, from the "
+            f"trainer's history. Approx − exact at the last epoch, over {len(runs)} runs: "
+            f"{np.mean(gaps):+.4f} ± {np.std(gaps):.4f}.\n\n"
+            f"![{dataset} tightness](results/{path.name})\n")

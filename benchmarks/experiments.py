@@ -46,7 +46,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 DATASETS = ("OHSUMED", "MQ2008")
 
 
@@ -138,10 +137,11 @@ def run_all(settings, datasets, folds, seeds, epochs, cache: Path, folds_root: P
               f"{result['wall_seconds']} s", flush=True)
 
 
-def write_folds(root: Path, datasets) -> Path:
+def write_folds(data: Path, root: Path, datasets) -> Path:
+    """Writes the five-fold layout of each dataset under `root` with `data`/make_folds.sh."""
     for dataset in datasets:
         if not (root / dataset / "Fold5" / "test.txt").exists():
-            subprocess.run([str(SHARED_DATA / "make_folds.sh"), dataset, str(root / dataset)],
+            subprocess.run([str(data / "make_folds.sh"), dataset, str(root / dataset)],
                            check=True, stdout=subprocess.DEVNULL)
     return root
 
@@ -159,6 +159,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--out", type=Path, default=REPO / "docs",
                         help="where results.md and results/*.png go")
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data",
+                        help="the shared LETOR data (MQ2008/, OHSUMED/, make_folds.sh)")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "experiments",
                         help="fold files, converted records and checkpoints (not kept)")
     parser.add_argument("--smoke", action="store_true",
@@ -172,7 +174,7 @@ def main(argv=None) -> int:
     chosen = studies(first_points_only=args.smoke)
     if args.command == "run":
         settings = list(dict.fromkeys(s for name in args.study for s in chosen[name]))
-        folds_root = write_folds(args.work / "folds", args.dataset)
+        folds_root = write_folds(args.data, args.work / "folds", args.dataset)
         run_all(settings, args.dataset, args.folds, args.seeds, args.epochs, args.cache,
                 folds_root, args.work)
         if not args.smoke:

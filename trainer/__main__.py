@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="training list size (lists cut/padded to it); 'full' keeps whole lists")
 
     g = common.add_argument_group("model and loss")
-    g.add_argument("--preset", help="scorer preset: B64, B128, B256, B512, B1024")
+    g.add_argument("--preset", help="scorer preset: linear, B64, B128, B256, B512, B1024")
     g.add_argument("--dropout", type=float)
     g.add_argument("--bn-momentum", type=float, help="batch-norm momentum")
     g.add_argument("--loss", help="approx_ndcg, approx_ap, approx_precision, ranknet, "

@@ -1,12 +1,17 @@
-"""AdaRank (tfapprox.adarank) against the paper's algorithm and its training bound."""
+"""AdaRank (tfapprox.adarank) against the paper's algorithm, its training bound, and the trainer."""
 
+import json
 import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from hypothesis import given, settings, strategies as st
 
 from tfapprox import adarank
+from trainer.__main__ import main
+
+from test_trainer_run import write_letor_parts
 
 
 # ---- Xu & Li (SIGIR 2007) Fig. 1 as plain loops, with measures written out afresh -----------------
@@ -190,3 +195,57 @@ def test_training_bound_of_theorem_1(queries, measure, rounds):
         previous = current
     np.testing.assert_array_equal(weights, fit.weights)
     assert previous.mean() >= 1.0 - product - 1e-9
+
+
+# ---- through the trainer ----------------------------------------------------------------------------
+
+@pytest.fixture
+def config_file(tmp_path):
+    """A config whose data cache is under `tmp_path` (there is no flag for it)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"data": {"cache_dir": str(tmp_path / "cache")}}))
+    return str(path)
+
+
+def test_cv_fits_restores_and_exports_adarank(tmp_path, config_file, capsys):
+    """`cv --model adarank` on one fold: results like a neural run's, its table, the export of the
+    restored weights, and a rerun that finds the run trained."""
+    argv = ["cv", "--config", config_file, "--data-dir", str(write_letor_parts(tmp_path / "letor")),
+            "--folds", "2", "--out", str(tmp_path / "cv"), "--model", "adarank",
+            "--adarank-measure", "map", "--adarank-rounds", "5"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "best validation ndcg@5 at round" in out and "AdaRank (Xu & Li 2007) on map" in out
+    assert "Test metrics, adarank(map), selected on validation ndcg@5" in out
+    run_dir = tmp_path / "cv" / "Fold2" / "default"
+    results = json.loads((run_dir / "results.json").read_text())
+    assert 1 <= results["epochs_run"] <= 5 and len(results["history"]) == results["epochs_run"]
+    assert list(results["test"]) == ["ndcg@5", "ndcg@1", "ndcg@10", "map", "p@10", "mrr"]
+    best = results["history"][results["best_epoch"] - 1]
+    assert results["validation"]["ndcg@5"] == pytest.approx(best["val_ndcg@5"], abs=1e-6)
+
+    export = ["export", "--run-dir", str(run_dir), "--export-dir", str(tmp_path), "--name", "ada",
+              "--version", "1"]
+    assert main(export) == 0
+    weights = np.array(results["feature_weights"], np.float32)
+    features = np.random.default_rng(0).random((2, 6, len(weights))).astype(np.float32)
+    loaded = tf.saved_model.load(str(tmp_path / "ada" / "1"))
+    scores = loaded.signatures["score_features"](features=tf.constant(features))["scores"].numpy()
+    np.testing.assert_allclose(scores, features @ weights, rtol=1e-5, atol=1e-6)
+
+    assert main(argv) == 0
+    assert "is already trained (" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--adarank-measure", "approx_map"], "measure must be an exact measure"),
+    (["--adarank-rounds", "0"], "model.adarank_rounds must be >= 1, got 0"),
+    (["--strategy", "mirrored"], "runtime.strategy must be default with model.kind adarank"),
+])
+def test_bad_adarank_settings_fail_before_training(tmp_path, config_file, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--config", config_file, "--model", "adarank",
+              "--run-dir", str(tmp_path / "run"), *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -245,7 +245,7 @@ def test_cv_summary_table():
     folds = [{"fold": k, "params": {"loss.params.alpha": a}, "test": {"ndcg@5": v, "loss": -v}}
              for k, a, v in ((1, 1, 0.4), (2, 10, 0.6))]
     summary = {"data_dir": "d", "select_metric": "ndcg@5", "loss": {"name": "approx_ndcg", "params": {}},
-               "grid": {"loss.params.alpha": [1, 10]}, "folds": folds,
+               "method": "approx_ndcg()", "grid": {"loss.params.alpha": [1, 10]}, "folds": folds,
                "mean": cv._aggregate(folds, cv._mean), "std": cv._aggregate(folds, cv._std)}
     assert summary["mean"]["ndcg@5"] == pytest.approx(0.5)
     assert summary["std"]["ndcg@5"] == pytest.approx(np.std([0.4, 0.6], ddof=1))

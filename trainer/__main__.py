@@ -26,6 +26,9 @@ _FLAG_KEYS = {
     "test_files": "data.test",
     "num_features": "data.num_features",
     "list_size": "data.list_size",
+    "model": "model.kind",
+    "adarank_measure": "model.adarank_measure",
+    "adarank_rounds": "model.adarank_rounds",
     "preset": "model.preset",
     "dropout": "model.dropout",
     "bn_momentum": "model.batch_norm_momentum",
@@ -109,6 +112,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="training list size (lists cut/padded to it); 'full' keeps whole lists")
 
     g = common.add_argument_group("model and loss")
+    g.add_argument("--model", choices=config_lib.MODEL_KINDS,
+                   help="dnn (default): a scorer trained on --loss; adarank: AdaRank (Xu & Li "
+                   "2007), boosting single features on --adarank-measure, a linear scorer")
+    g.add_argument("--adarank-measure", help="AdaRank's measure E: map (AdaRank.MAP), ndcg "
+                   "(AdaRank.NDCG, whole list), ndcg@k, p@k, mrr (default ndcg)")
+    g.add_argument("--adarank-rounds", type=int,
+                   help="AdaRank's rounds at most (default 100); the best on validation is kept")
     g.add_argument("--preset", help="scorer preset: linear, B64, B128, B256, B512, B1024")
     g.add_argument("--dropout", type=float)
     g.add_argument("--bn-momentum", type=float, help="batch-norm momentum")

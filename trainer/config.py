@@ -20,6 +20,7 @@ import yaml
 
 OPTIMIZERS = ("adagrad", "adam")
 STRATEGIES = ("default", "mirrored", "multi_worker")
+MODEL_KINDS = ("dnn", "adarank")
 
 
 @dataclasses.dataclass
@@ -38,9 +39,12 @@ class DataConfig:
 
 @dataclasses.dataclass
 class ModelConfig:
+    kind: str = "dnn"  # dnn: a scorer trained on `loss`; adarank: AdaRank (tfapprox.adarank)
     preset: str = "B256"
     dropout: float = 0.0
     batch_norm_momentum: float | None = None  # None: the scorer's default
+    adarank_measure: str = "ndcg"  # E of AdaRank: map, ndcg, ndcg@k, p@k, mrr
+    adarank_rounds: int = 100  # at most this many boosting rounds; the best on validation is kept
 
 
 @dataclasses.dataclass
@@ -213,6 +217,10 @@ def validate(config: Config) -> None:
         (config.optimizer.name in OPTIMIZERS, "optimizer.name", config.optimizer.name, f"one of {OPTIMIZERS}"),
         (config.optimizer.learning_rate > 0, "optimizer.learning_rate", config.optimizer.learning_rate, "> 0"),
         (config.runtime.strategy in STRATEGIES, "runtime.strategy", config.runtime.strategy, f"one of {STRATEGIES}"),
+        (config.model.kind in MODEL_KINDS, "model.kind", config.model.kind, f"one of {MODEL_KINDS}"),
+        (config.model.adarank_rounds >= 1, "model.adarank_rounds", config.model.adarank_rounds, ">= 1"),
+        (config.model.kind != "adarank" or config.runtime.strategy == "default", "runtime.strategy",
+         config.runtime.strategy, "default with model.kind adarank (it fits in one process)"),
         (config.train.batch_size >= 1, "train.batch_size", config.train.batch_size, ">= 1"),
         (config.train.epochs >= 1, "train.epochs", config.train.epochs, ">= 1"),
         (config.train.patience >= 0, "train.patience", config.train.patience, ">= 0"),

@@ -119,6 +119,7 @@ def run(config: Config, *, fresh: bool = False, print_fn: Printer = print,
         "data_dir": config.data.dir,
         "select_metric": select,
         "loss": {"name": config.loss.name, "params": config.loss.params},
+        "method": _method(config),
         "grid": config.cv.grid,
         "folds": per_fold,
         "mean": _aggregate(per_fold, _mean),
@@ -149,10 +150,17 @@ def markdown(summary: dict[str, Any]) -> str:
     cells = ["mean ± std"] + ([""] if grid else [])
     cells += [f"{summary['mean'][n]:.4f} ± {summary['std'][n]:.4f}" for n in names]
     lines.append("| " + " | ".join(cells) + " |")
-    params = ", ".join(f"{k}={v}" for k, v in summary["loss"]["params"].items())
-    title = (f"Test metrics, {summary['loss']['name']}({params}), selected on validation "
+    title = (f"Test metrics, {summary['method']}, selected on validation "
              f"{summary['select_metric']} ({summary['data_dir']})")
     return title + "\n\n" + "\n".join(lines)
+
+
+def _method(config: Config) -> str:
+    """Returns what trains, for the table's title: `approx_ndcg(alpha=10)` or `adarank(map)`."""
+    if config.model.kind == "adarank":
+        return f"adarank({config.model.adarank_measure})"
+    params = ", ".join(f"{k}={v}" for k, v in config.loss.params.items())
+    return f"{config.loss.name}({params})"
 
 
 def _aggregate(per_fold: list[dict[str, Any]], reduce: Callable[[list[float]], float]) -> dict:

@@ -136,6 +136,22 @@ def eval_dataset(paths: list[str], splits: Splits) -> tf.data.Dataset:
     return dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
 
 
+def padded_lists(paths: list[str], splits: Splits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Returns every list of `paths`, in file order, padded to the longest: features float32
+    [Q, L, F], labels float32 [Q, L] (-1 on padding) and mask bool [Q, L]. For models fitted on a
+    whole split at once (AdaRank)."""
+    batches = list(eval_dataset(paths, splits).as_numpy_iterator())
+    width = max(labels.shape[1] for _, labels in batches)
+
+    def padded(array: np.ndarray, value) -> np.ndarray:
+        widths = [(0, 0), (0, width - array.shape[1])] + [(0, 0)] * (array.ndim - 2)
+        return np.pad(array, widths, constant_values=value)
+
+    return (np.concatenate([padded(inputs["features"], 0.0) for inputs, _ in batches]),
+            np.concatenate([padded(labels, -1.0) for _, labels in batches]),
+            np.concatenate([padded(inputs["mask"], False) for inputs, _ in batches]))
+
+
 def letor_folds(directory: str | os.PathLike) -> dict[int, tuple[list[str], list[str], list[str]]]:
     """Returns `{fold: (train files, vali files, test files)}` of a LETOR set directory.
 

@@ -52,6 +52,7 @@ class Built:
     model: keras.Model  # trained, under the distribution strategy
     eval_model: keras.Model  # float32, outside any strategy: validation, test, export
     eval_metrics: list[str]  # metric names the evaluation model reports
+    reports_loss: bool = True  # False for AdaRank, which is fitted on no loss
 
 
 def train(config: Config, *, fresh: bool = False, print_fn: Printer = print,
@@ -67,7 +68,8 @@ def train(config: Config, *, fresh: bool = False, print_fn: Printer = print,
     lock = run_lock.hold(config.train.run_dir) if dist.is_chief else contextlib.nullcontext()
     try:
         with lock:
-            return _train(config, fresh, print_fn, dist)
+            fit = _train_adarank if config.model.kind == "adarank" else _train
+            return fit(config, fresh, print_fn, dist)
     finally:
         keras.config.set_dtype_policy(previous_policy)
 
@@ -161,11 +163,25 @@ def _finished_results(run_dir: Path, state: checkpoint.RunState) -> dict[str, An
 def _start_or_resume(config: Config, run_dir: Path, fresh: bool, built: Built,
                      splits: data.Splits, dist: distribute.Distribution, say: Printer):
     """Returns `(state, best_weights)`: restored from the run's checkpoint, or a new start."""
+    restored = _open_run(config, run_dir, fresh, splits, dist)
+    if restored is None:
+        return checkpoint.RunState(fingerprint=_fingerprint(config)), None
+    checkpoint.assign(_model_state(built.model), restored.model, "model")
+    checkpoint.assign(built.model.optimizer.variables, restored.optimizer, "optimizer")
+    state = restored.state
+    say(f"Resuming {run_dir} after epoch {state.epoch} (best {config.train.select_metric} "
+        f"{_fmt(state.best_value)} at epoch {state.best_epoch})")
+    return state, restored.best
+
+
+def _open_run(config: Config, run_dir: Path, fresh: bool, splits: data.Splits,
+              dist: distribute.Distribution) -> checkpoint.Checkpoint | None:
+    """Returns the run directory's checkpoint (None: a new run, or `fresh`, which clears it) and
+    writes config.json; raises CheckpointError for a checkpoint of another configuration."""
     if fresh and dist.is_chief:
         _clear_run(run_dir)
     restored = None if fresh else checkpoint.load(run_dir)
-    fingerprint = _fingerprint(config)
-    if restored is not None and restored.state.fingerprint != fingerprint:
+    if restored is not None and restored.state.fingerprint != _fingerprint(config):
         raise checkpoint.CheckpointError(_mismatch_message(run_dir, config))
     dist.check_same("the epoch to resume from", restored.state.epoch if restored else 0)
     if dist.is_chief:
@@ -174,14 +190,60 @@ def _start_or_resume(config: Config, run_dir: Path, fresh: bool, built: Built,
         saved = config.to_dict()
         saved["data"]["num_features"] = splits.num_features
         _write_json(run_dir / "config.json", saved)
-    if restored is None:
-        return checkpoint.RunState(fingerprint=fingerprint), None
-    checkpoint.assign(_model_state(built.model), restored.model, "model")
-    checkpoint.assign(built.model.optimizer.variables, restored.optimizer, "optimizer")
-    state = restored.state
-    say(f"Resuming {run_dir} after epoch {state.epoch} (best {config.train.select_metric} "
-        f"{_fmt(state.best_value)} at epoch {state.best_epoch})")
-    return state, restored.best
+    return restored
+
+
+def _train_adarank(config: Config, fresh: bool, say: Printer,
+                   dist: distribute.Distribution) -> dict[str, Any]:
+    """Fits AdaRank (`tfapprox.adarank`) on the whole training split, keeping the round with the
+    best validation `train.select_metric`. Its weights are stored as the best weights of a linear
+    scorer, so evaluate, export and cv read the run as they read a neural one. A finished run is
+    not refitted; an unfinished one is fitted from round 1 (rounds are cheap)."""
+    from tfapprox import adarank
+
+    started = time.perf_counter()
+    policy = _set_precision(False)
+    splits = data.resolve(config.data, print_fn=say)
+    run_dir = Path(config.train.run_dir)
+    built = _build(config, splits.num_features, dist, with_training_model=False)
+    restored = _open_run(config, run_dir, fresh, splits, dist)
+    finished = _finished_results(run_dir, restored.state) if restored else None
+    if finished is not None:
+        say(f"{run_dir} is already trained ({restored.state.epoch} AdaRank rounds); pass --fresh "
+            "to train again")
+        built.eval_model.set_weights(restored.best)
+        return _finish(finished, config, built, splits, dist, say)
+
+    select = config.train.select_metric
+    fit = adarank.fit_adarank(
+        *data.padded_lists(splits.train, splits), measure=config.model.adarank_measure,
+        rounds=config.model.adarank_rounds, validation=data.padded_lists(splits.vali, splits),
+        select=select)
+    best_weights = [fit.weights.astype(np.float32)[:, None], np.zeros([1], np.float32)]
+    state = checkpoint.RunState(
+        epoch=len(fit.history), best_value=fit.history[fit.best_round - 1][f"val_{select}"],
+        best_epoch=fit.best_round, stopped_early=len(fit.history) < config.model.adarank_rounds,
+        history=fit.history, fingerprint=_fingerprint(config))
+    checkpoint.save(run_dir, checkpoint.Checkpoint(state=state, model=[], optimizer=[],
+                                                   best=best_weights))
+    built.eval_model.set_weights(best_weights)
+    results = {
+        "run_dir": str(run_dir),
+        "epochs_run": state.epoch,
+        "stopped_early": state.stopped_early,
+        "best_epoch": state.best_epoch,
+        "select_metric": select,
+        "precision_policy": policy,
+        "strategy": config.runtime.strategy,
+        "num_replicas": dist.num_replicas,
+        "history": state.history,
+        "feature_weights": best_weights[0][:, 0].tolist(),
+        "validation": _evaluate(built, data.eval_dataset(splits.vali, splits)),
+        "test": (_evaluate(built, data.eval_dataset(splits.test, splits))
+                 if splits.test else None),
+        "wall_seconds": time.perf_counter() - started,
+    }
+    return _finish(results, config, built, splits, dist, say)
 
 
 def _train_one_epoch(config: Config, model: keras.Model, splits: data.Splits,
@@ -251,8 +313,13 @@ def export(eval_model: keras.Model, config: Config, num_features: int) -> Path:
 def check_components(config: Config) -> None:
     """Builds the configured scorer, loss and metrics once; raises ValueError naming a bad name or
     parameter."""
-    from tfapprox import losses, models
+    from tfapprox import adarank, losses, models
 
+    if config.model.kind == "adarank":
+        adarank.measure_metric(config.model.adarank_measure)
+        adarank.measure_metric(config.train.select_metric)
+        _metrics(_eval_metric_names(config), config)
+        return
     models.build_scorer(config.model.preset, **_scorer_kwargs(config))
     try:
         losses.get(config.loss.name, **config.loss.params)
@@ -287,14 +354,13 @@ def check_export_target(config: Config) -> None:
 
 def summary_table(results: dict[str, Any], config: Config) -> str:
     """Returns the end-of-run summary: selection, validation/test metrics, export, wall time."""
-    how = "early stopped" if results["stopped_early"] else "all epochs"
+    unit = "round" if config.model.kind == "adarank" else "epoch"
+    how = "early stopped" if results["stopped_early"] else f"all {unit}s"
     lines = [
         "",
-        f"Run {results['run_dir']}: {results['epochs_run']} epochs ({how}); best validation "
-        f"{results['select_metric']} at epoch {results['best_epoch']}",
-        f"loss {_describe_loss(config)} | model {config.model.preset} | "
-        f"{config.optimizer.name} lr {config.optimizer.learning_rate} | batch "
-        f"{config.train.batch_size} lists | {results['strategy']} x{results['num_replicas']} | "
+        f"Run {results['run_dir']}: {results['epochs_run']} {unit}s ({how}); best validation "
+        f"{results['select_metric']} at {unit} {results['best_epoch']}",
+        f"{describe_method(config)} | {results['strategy']} x{results['num_replicas']} | "
         f"{results['precision_policy']}",
         metrics_table(results),
     ]
@@ -302,6 +368,16 @@ def summary_table(results: dict[str, Any], config: Config) -> str:
         lines.append(f"Exported {results['export_path']}")
     lines.append(f"Wall time {results['wall_seconds']:.1f} s")
     return "\n".join(lines)
+
+
+def describe_method(config: Config) -> str:
+    """Returns one line naming what trains: the loss, scorer and optimiser, or AdaRank's measure."""
+    if config.model.kind == "adarank":
+        return (f"AdaRank (Xu & Li 2007) on {config.model.adarank_measure}, at most "
+                f"{config.model.adarank_rounds} rounds | linear scorer")
+    return (f"loss {_describe_loss(config)} | model {config.model.preset} | "
+            f"{config.optimizer.name} lr {config.optimizer.learning_rate} | batch "
+            f"{config.train.batch_size} lists")
 
 
 def _describe_loss(config: Config) -> str:
@@ -312,7 +388,8 @@ def _describe_loss(config: Config) -> str:
 def metrics_table(results: dict[str, Any]) -> str:
     """Returns a markdown table of the metrics (rows) on validation and test (columns)."""
     columns = [c for c in ("validation", "test") if results.get(c)]
-    names = [n for n in results[columns[0]] if n != "loss"] + ["loss"] if columns else []
+    names = [n for n in results[columns[0]] if n != "loss"] if columns else []
+    names += ["loss"] if columns and "loss" in results[columns[0]] else []
     lines = ["| metric | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name in names:
         cells = [_fmt(results[c].get(name)) for c in columns]
@@ -330,7 +407,10 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
     eval_names = _eval_metric_names(config)
 
     def scorer():
-        model = models.build_scorer(config.model.preset, **_scorer_kwargs(config))
+        if config.model.kind == "adarank":
+            model = models.DNNScorer(hidden_units=(), input_batch_norm=False, name="adarank_scorer")
+        else:
+            model = models.build_scorer(config.model.preset, **_scorer_kwargs(config))
         model({"features": tf.zeros([1, 2, num_features]), "mask": tf.ones([1, 2], tf.bool)})
         return model
 
@@ -351,13 +431,14 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
     keras.config.set_dtype_policy("float32")
     try:
         eval_model = scorer()
-        eval_model.compile(
+        eval_model.compile(  # AdaRank's too: Keras's evaluate needs a loss (not reported then)
             loss=losses.get(config.loss.name, **config.loss.params),
             metrics=_metrics(eval_names, config),
         )
     finally:
         keras.config.set_dtype_policy(previous)
-    return Built(model=model, eval_model=eval_model, eval_metrics=eval_names)
+    return Built(model=model, eval_model=eval_model, eval_metrics=eval_names,
+                 reports_loss=config.model.kind != "adarank")
 
 
 def _scorer_kwargs(config: Config) -> dict[str, Any]:
@@ -415,7 +496,9 @@ def _train_metric_names(config: Config) -> list[str]:
 
 
 def _eval_metric_names(config: Config) -> list[str]:
-    names = [config.train.select_metric, *config.train.metrics, _monitor_name(config)]
+    names = [config.train.select_metric, *config.train.metrics]
+    if config.model.kind != "adarank":
+        names.append(_monitor_name(config))
     return list(dict.fromkeys(names))
 
 
@@ -455,7 +538,7 @@ def _model_state(model: keras.Model) -> list[Any]:
 def _evaluate(built: Built, dataset: tf.data.Dataset) -> dict[str, float]:
     """Returns the evaluation model's metrics on `dataset`, in configured order, then the loss."""
     values = built.eval_model.evaluate(dataset, verbose=0, return_dict=True)
-    order = [*built.eval_metrics, "loss"]
+    order = [*built.eval_metrics, *(["loss"] if built.reports_loss else [])]
     return {k: float(values[k]) for k in order if k in values}
 
 

@@ -20,6 +20,8 @@ ALL_LOSSES = [
     losses.ListMLELoss(),
     losses.WeightedListMLELoss(),
     losses.WeightedListMLELoss(topk=3),
+    losses.LambdaRankLoss(),
+    losses.LambdaRankLoss(topk=3),
 ]
 IDS = [f"{type(l).__name__}-{i}" for i, l in enumerate(ALL_LOSSES)]
 
@@ -194,7 +196,7 @@ def test_scores_may_carry_a_trailing_unit_axis(rng):
     (lambda: losses.ApproxAPLoss(relevance_threshold=float("nan")), "`relevance_threshold`"),
     (lambda: losses.ListMLELoss(seed=1.5), "`seed` must be an int"),
     (lambda: losses.RankNetLoss(reduction="avg"), "`reduction` must be one of"),
-    (lambda: losses.get("lambdarank"), "unknown loss 'lambdarank'"),
+    (lambda: losses.get("lambdamart"), "unknown loss 'lambdamart'"),
 ])
 def test_bad_arguments_are_named_in_the_error(make, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")):

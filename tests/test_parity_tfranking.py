@@ -16,6 +16,11 @@ break ties at random, ours by list order). What each comparison normalises, and 
 - `RankNetLoss` vs `PairwiseLogisticLoss`: TF-Ranking's unreduced loss is [B, L], the pair
   losses ln(1 + e^{−(s_i − s_j)}) summed over the lower document j; its sum over the list is
   our per-list value. (Its default reduction then divides the total by B·L.)
+- `LambdaRankLoss(topk=k)` vs `PairwiseLogisticLoss(lambda_weight=NDCGLambdaWeight(topn=k,
+  smooth_fraction=1.0))`, k in NDCG_TOPNS: TF-Ranking's unreduced loss, summed over the list as
+  for RankNet, is our per-list value times the padded list size L, by which its lambda weights
+  are scaled (`DCGLambdaWeight.pair_weights`; so its value depends on padding). smooth_fraction=1
+  selects LambdaRank's |ΔNDCG| weight; the default 0 is LambdaLoss' |D(|Δr|) − D(|Δr| + 1)|.
 - `ListMLELoss` vs `ListMLELoss`, on labels without ties (`distinct_labels`): TF-Ranking gives
   each padded slot the logit ln 1e-10 and sorts it last, so its P padded slots add
   Σ_{m=1}^{P} ln m = ln P! to the loss (a TF-Ranking defect: the value depends on padding). We
@@ -159,6 +164,16 @@ def test_ranknet_is_summed_pairwise_logistic_loss(batches, reference):
     for i, labels, scores in each_batch(batches):
         assert_close(per_list_loss(loss, labels, scores), reference[f"pairwise_logistic_{i}"],
                      f"batch {i}")
+
+
+@pytest.mark.parametrize("topn_index", range(len(NDCG_TOPNS)),
+                         ids=[f"topn={k}" for k in NDCG_TOPNS])
+def test_lambdarank_is_ndcg_lambda_weighted_pairwise_logistic_loss(batches, reference,
+                                                                  topn_index):
+    loss = losses.LambdaRankLoss(topk=NDCG_TOPNS[topn_index], reduction=None)
+    for i, labels, scores in each_batch(batches):
+        assert_close(per_list_loss(loss, labels, scores) * labels.shape[1],
+                     reference[f"lambdarank_{i}_{topn_index}"], f"batch {i}")
 
 
 def test_listmle_without_label_ties(batches, reference):

@@ -17,6 +17,8 @@ the caller states and applies every convention:
 - `pairwise_logistic_i` [B]: `PairwiseLogisticLoss(reduction=NONE)` returns [B, L], the pair
   losses already summed over the lower document; this is its sum over the list.
 - `listmle_i` [B]: `ListMLELoss(reduction=NONE)` on `distinct_labels_i` ([B, 1] unreduced).
+- `lambdarank_i_j` [B]: `PairwiseLogisticLoss(lambda_weight=NDCGLambdaWeight(topn=ndcg_topns[j],
+  smooth_fraction=1.0), reduction=NONE)` summed over the list, as `pairwise_logistic_i`.
 - For each metric `ndcg_k` (k from `ndcg_topns`), `map`, `mrr`, `precision_k`:
   `{metric}_i` [B] the per-list values and `{metric}_weight_i` [B] the per-list weights, both
   from the Keras metric's own `_metric.compute` (the values its `Mean` averages), and
@@ -57,6 +59,9 @@ def reference_values(inputs):
                    for a in alphas]
     pairwise = tfr.keras.losses.PairwiseLogisticLoss(reduction=NONE)
     listmle = tfr.keras.losses.ListMLELoss(reduction=NONE)
+    lambdarank = [tfr.keras.losses.PairwiseLogisticLoss(
+        reduction=NONE, lambda_weight=tfr.keras.losses.NDCGLambdaWeight(
+            topn=int(k) or None, smooth_fraction=1.0)) for k in inputs["ndcg_topns"]]
     metrics = metrics_under_test(inputs["ndcg_topns"], inputs["precision_topns"])
     mean = tf.keras.metrics.Mean()
     out = {}
@@ -68,6 +73,8 @@ def reference_values(inputs):
         unreduced = pairwise(labels, scores)
         assert unreduced.shape == labels.shape, unreduced.shape
         out[f"pairwise_logistic_{i}"] = per_list(tf.reduce_sum(unreduced, axis=1))
+        for j, loss in enumerate(lambdarank):
+            out[f"lambdarank_{i}_{j}"] = per_list(tf.reduce_sum(loss(labels, scores), axis=1))
         distinct = tf.constant(inputs[f"distinct_labels_{i}"], tf.float32)
         out[f"listmle_{i}"] = per_list(listmle(distinct, scores))
         for name, metric in metrics.items():

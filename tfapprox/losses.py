@@ -1,4 +1,5 @@
-"""Keras ranking losses: the approximation framework (Qin et al.) and Chen et al.'s weighted losses.
+"""Keras ranking losses: the approximation framework (Qin et al.), Chen et al.'s weighted losses,
+and LambdaRank.
 
 Inputs, for every loss: `y_true` is `[B, L]` graded labels (a label < 0 marks a padded slot) or a
 dict `{"labels": [B, L], "mask": [B, L]}`; `y_pred` is `[B, L]` or `[B, L, 1]` scores. Padded slots
@@ -20,6 +21,8 @@ fine: see `tfapprox.ops.gains`. Reductions:
 References: T. Qin, T.-Y. Liu, H. Li. *A general approximation framework for direct optimization
 of information retrieval measures*, Information Retrieval 13(4), 2010. W. Chen, T.-Y. Liu, Y. Lan,
 Z. Ma, H. Li. *Ranking measures and loss functions in learning to rank*, NIPS 2009.
+C. J. C. Burges, R. Ragno, Q. V. Le. *Learning to rank with nonsmooth cost functions*, NIPS
+2006.
 """
 
 import math
@@ -27,6 +30,7 @@ import math
 import keras
 from keras import ops
 
+from tfapprox import direct_ops
 from tfapprox import measures
 from tfapprox import ops as rank_ops
 
@@ -275,6 +279,42 @@ class WeightedRankNetLoss(RankNetLoss):
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
+class LambdaRankLoss(RankingLoss):
+    """LambdaRank (Burges et al., NIPS 2006): pairwise logistic losses weighted by |ΔNDCG|.
+
+        loss = Σ_{l_i > l_j} |ΔNDCG@k_ij| · ln(1 + e^{−(s_i − s_j)}),
+        |ΔNDCG@k_ij| = |G(l_i) − G(l_j)| · |D_k(π_i) − D_k(π_j)| / N_k,
+
+    the change of NDCG@k when i and j swap places in the current ranking: π are the exact
+    positions of the current scores, G(l) = 2^l − 1, D_k(r) = 1{r ≤ k}/log2(1 + r), N_k the ideal
+    DCG@k. The weights are held fixed (no gradient), so ∂loss/∂s_i sums Burges' lambdas
+    −|ΔNDCG_ij|/(1 + e^{s_i − s_j}). `topk` is k (None: the whole list).
+
+    Per list, this is TF-Ranking's unreduced `PairwiseLogisticLoss(lambda_weight=
+    NDCGLambdaWeight(topn=k, smooth_fraction=1.0))` summed over the list and divided by the padded
+    list size, by which TF-Ranking scales its weights. (`NDCGLambdaWeight()`'s default
+    smooth_fraction=0 gives LambdaLoss' weight |D(|π_i − π_j|) − D(|π_i − π_j| + 1)| instead of
+    |ΔNDCG|.) A list contributes when it has a pair with different labels.
+    """
+
+    def __init__(self, topk=None, reduction="sum_over_batch_size", name="lambdarank_loss",
+                 dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.topk = _check_cutoff("topk", topk)
+
+    def per_list(self, labels, mask, scores):
+        pairs = ops.logical_and(direct_ops.real_pairs(mask),
+                                direct_ops.pair_differences(labels) > 0)  # l_i > l_j
+        weights = direct_ops.ndcg_swap_weights(labels, mask, scores, self.topk)
+        logistic = ops.softplus(-direct_ops.pair_differences(scores))
+        return (ops.sum(ops.where(pairs, weights * logistic, 0.0), axis=(1, 2)),
+                ops.any(pairs, axis=(1, 2)))
+
+    def get_config(self):
+        return {**super().get_config(), "topk": self.topk}
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
 class ListMLELoss(RankingLoss):
     """ListMLE (Xia et al. 2008): −log Plackett–Luce likelihood of a label-consistent permutation.
 
@@ -345,6 +385,7 @@ LOSSES = {
     "weighted_ranknet": WeightedRankNetLoss,
     "listmle": ListMLELoss,
     "weighted_listmle": WeightedListMLELoss,
+    "lambdarank": LambdaRankLoss,
 }
 
 

@@ -1,14 +1,20 @@
-"""LambdaRank against its paper's definition, written as plain loops over one list. Padding,
-permutation and edge cases run in test_losses.py (ALL_LOSSES)."""
+"""LambdaRank and SoftRank against their papers' definitions, written as plain loops over one
+list, and SoftRank's limit as a property. Padding, permutation and edge cases run in
+test_losses.py (ALL_LOSSES)."""
 
 import itertools
 import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from conftest import loss_and_grad, to_numpy
+from conftest import COMPILE_MODES, backend, loss_and_grad, to_numpy
 from tfapprox import losses
+from tfapprox import measures
+
+PROPERTY = settings(max_examples=30, deadline=None, derandomize=True)
 
 
 def _ranking(s):
@@ -37,6 +43,25 @@ def lambdarank(y, s, topk=None):
     return total
 
 
+def soft_dcg(y, s, sigma):
+    """SoftDCG, each rank distribution enumerated over which other documents beat j."""
+    n = len(y)
+    beat = [[0.5 * (1 + math.erf((s[i] - s[j]) / (2 * sigma))) for j in range(n)]
+            for i in range(n)]
+    total = 0.0
+    for j in range(n):
+        others = [i for i in range(n) if i != j]
+        for beaten_by in itertools.product((False, True), repeat=len(others)):
+            p = math.prod(beat[i][j] if b else 1 - beat[i][j] for i, b in zip(others, beaten_by))
+            total += (2.0 ** y[j] - 1) * p / math.log2(2 + sum(beaten_by))
+    return total
+
+
+def softrank(y, s, sigma):
+    """−SoftNDCG."""
+    return -soft_dcg(y, s, sigma) / _dcg(y, sorted(range(len(y)), key=lambda d: -y[d]))
+
+
 def _lists(rng, count, min_size, max_size, ties):
     """Random lists (labels 0..3, at least one relevant and one not) with random scores."""
     for _ in range(count):
@@ -63,7 +88,9 @@ def _per_list(loss, lists):
 @pytest.mark.parametrize("loss, reference, max_size", [
     (losses.LambdaRankLoss(), lambdarank, 9),
     (losses.LambdaRankLoss(topk=3), lambda y, s: lambdarank(y, s, 3), 9),
-], ids=["lambdarank", "lambdarank@3"])
+    (losses.SoftRankLoss(), lambda y, s: softrank(y, s, 1.0), 7),
+    (losses.SoftRankLoss(sigma=0.3), lambda y, s: softrank(y, s, 0.3), 7),
+], ids=["lambdarank", "lambdarank@3", "softrank", "softrank-0.3"])
 @pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
 def test_matches_the_paper_definition_written_as_loops(loss, reference, max_size, ties, rng):
     lists = list(_lists(rng, 12, 2, max_size, ties))
@@ -73,6 +100,7 @@ def test_matches_the_paper_definition_written_as_loops(loss, reference, max_size
 
 @pytest.mark.parametrize("loss", [
     losses.LambdaRankLoss(topk=4),
+    losses.SoftRankLoss(sigma=0.5),
 ], ids=lambda l: type(l).__name__)
 def test_gradient_is_the_derivative_away_from_ties(loss, rng):
     """Central differences: the fixed weights and argmaxes stay put for a small step."""
@@ -90,11 +118,78 @@ def test_gradient_is_the_derivative_away_from_ties(loss, rng):
     np.testing.assert_allclose(grad[0], numeric, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_softrank_keeps_the_highest_scored_documents_of_a_longer_list(mode, rng):
+    """max_list_size = 4 on lists of 7: the loss of the 4 best-scored, over the whole list's N."""
+    labels = np.array([[3, 0, 1, 2, 0, 1, 4], [0, 1, 0, 0, 2, 0, 1]], np.float32)
+    scores = rng.normal(size=(2, 7)).astype(np.float32)
+    value, grad = loss_and_grad(lambda y, s: losses.SoftRankLoss(max_list_size=4)(y, s),
+                                labels, scores, mode)
+    expected = []
+    for y, s in zip(labels.astype(float), scores.astype(float)):
+        top = _ranking(s)[:4]
+        expected.append(-soft_dcg(y[top], s[top], 1.0)
+                        / _dcg(y, sorted(range(7), key=lambda d: -y[d])))
+    assert math.isclose(float(value), float(np.mean(expected)), rel_tol=1e-5)
+    dropped = [d for d in range(7) if d not in _ranking(scores[0].astype(float))[:4]]
+    assert np.all(grad[0, dropped] == 0) and np.all(np.isfinite(grad))
+
+
+@pytest.mark.skipif(backend() != "tensorflow", reason="a None list dimension is TensorFlow's")
+@pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
+def test_softrank_cuts_lists_with_a_none_list_dimension(xla, rng):
+    import tensorflow as tf
+
+    loss = losses.SoftRankLoss(max_list_size=3)
+    labels = rng.integers(0, 3, size=(3, 6)).astype(np.float32)
+    labels[:, 0] = 2.0
+    scores = rng.normal(size=(3, 6)).astype(np.float32)
+    spec = tf.TensorSpec((None, None), tf.float32)
+    compiled = tf.function(lambda y, s: loss.call(y, s), jit_compile=xla,
+                           input_signature=[spec, spec])
+    np.testing.assert_allclose(compiled(labels, scores).numpy(),
+                               to_numpy(loss.call(labels, scores)), rtol=1e-5)
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: losses.LambdaRankLoss(topk=0), "`topk` must be None or an int >= 1; got 0"),
+    (lambda: losses.SoftRankLoss(sigma=0.0), "`sigma` must be a finite number > 0; got 0.0"),
+    (lambda: losses.SoftRankLoss(max_list_size=None),
+     "`max_list_size` must be an int >= 1; got None"),
 ])
 def test_bad_arguments_are_named_in_the_error(make, message):
     with pytest.raises(ValueError, match=message):
         make()
 
 
+# --- Bounds and limits ----------------------------------------------------------------------------
+# Lists are padded to one width, so that each backend compiles its kernels once.
+
+@st.composite
+def padded_lists(draw, width, ties=True):
+    """One list of 1..width documents, labels 0..4, padded to `width` (label −1)."""
+    n = draw(st.integers(1, width))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    labels = np.full((1, width), -1.0, np.float32)
+    labels[0, :n] = rng.integers(0, draw(st.integers(1, 4)) + 1, size=n)
+    scores = rng.normal(scale=draw(st.sampled_from([0.1, 1.0, 10.0])), size=(1, width))
+    if ties and draw(st.booleans()):
+        scores = np.round(scores)
+    if not ties:  # distinct, with gaps of at least 0.1
+        scores[0, :n] = rng.permutation(n) * 0.1
+    return labels, scores.astype(np.float32)
+
+
+def _exact(labels, scores):
+    return measures.Positions.exact(scores, labels >= 0)
+
+
+@PROPERTY
+@given(padded_lists(width=24, ties=False))
+def test_softrank_tends_to_ndcg_as_sigma_goes_to_zero(data):
+    labels, scores = data
+    if not (labels > 0).any():
+        return
+    ndcg = measures.ndcg(np.maximum(labels, 0.0), _exact(labels, scores))
+    soft = losses.SoftRankLoss(sigma=5e-4, reduction=None)(labels, scores)  # gaps ≥ 200σ
+    np.testing.assert_allclose(-to_numpy(soft), to_numpy(ndcg), atol=1e-5)

@@ -1,10 +1,11 @@
-"""Ranking math of LambdaRank (its loss is in `tfapprox.losses`).
+"""Ranking math of LambdaRank and SoftRank (their losses are in `tfapprox.losses`).
 
 Written with `keras.ops`, like `tfapprox.ops`: tensors are `[batch, list_size]` unless a docstring
 says otherwise, `mask` is True on real documents, and no padded slot enters a sum. Ranks, gains,
 discounts and ideal DCGs come from `tfapprox.ops`.
 """
 
+import keras
 from keras import ops
 
 from tfapprox import ops as rank_ops
@@ -35,3 +36,62 @@ def ndcg_swap_weights(labels, mask, scores, topk=None):
     swap = ops.abs(pair_differences(rank_ops.gains(labels))) * ops.abs(pair_differences(discount))
     weights = rank_ops.safe_divide(swap, ops.reshape(rank_ops.ideal_dcg(labels, topk), (-1, 1, 1)))
     return ops.stop_gradient(ops.where(real_pairs(mask), weights, 0.0))
+
+
+def beat_probabilities(scores, mask, sigma):
+    """Returns π_ij = P(S_i > S_j) = Φ((s_i − s_j) / (√2·σ)) for independent S_i ~ N(s_i, σ²),
+    `[B, L, L]` (Taylor et al. 2008); 0 where i = j or either document is padded."""
+    beat = 0.5 * (1.0 + ops.erf(pair_differences(scores) / (2.0 * sigma)))
+    return ops.where(real_pairs(mask), beat, 0.0)
+
+
+def _for_each_index(count, step, state):
+    """Returns `state` after `state = step(i, state)` for i = 0, ..., count − 1, differentiably.
+
+    On JAX `count` is a Python int (shapes are static under jit) and `fori_loop` becomes a scan,
+    which reverse-mode differentiates. Elsewhere a while loop runs, bounded by max(count, 1):
+    TensorFlow needs a bound to differentiate it under XLA (a tensor for a `None` list size),
+    and XLA one of at least 1 to compile its body.
+    """
+    if keras.backend.backend() == "jax":
+        return ops.fori_loop(0, count, step, state)
+    index = ops.convert_to_tensor(0, "int32")
+    return ops.while_loop(lambda i, _: i < count, lambda i, s: (i + 1, step(i, s)),
+                          (index, state), maximum_iterations=ops.maximum(count, 1))[1]
+
+
+def _add_document(i, state):
+    """One step of `rank_distributions`: adds document i to every document's distribution.
+
+    At module level and with `rows` in the state, so that eager JAX reuses its trace.
+    """
+    distributions, rows, top = state
+    beats_j = ops.expand_dims(ops.take(rows, i, axis=1), 2)  # π_ij for every j, [B, L, 1]
+    # One position down; what rolls over from r = L − 1 is 0, as nothing is beaten L times.
+    pushed_down = ops.roll(distributions, 1, axis=2) * (1.0 - top)
+    # In this form the gradient keeps one [B, L, L] tensor per step, pushed_down − distributions.
+    return distributions + beats_j * (pushed_down - distributions), rows, top
+
+
+def rank_distributions(beat):
+    """Returns p[b, j, r] = P(document j is at position r + 1), `[B, L, L]` (Taylor et al.).
+
+    The documents are added one at a time; adding i moves j one position down with probability
+    π_ij:  p_j^(i)(r) = p_j^(i−1)(r − 1)·π_ij + p_j^(i−1)(r)·(1 − π_ij),  from p_j^(0) = 1{r = 0}.
+    `beat` is `beat_probabilities` (a document that is padded or j itself has π_ij = 0 and changes
+    nothing). L steps of O(B·L²) each: O(L³) per list, and the gradient keeps one [B, L, L]
+    tensor per step, 4·B·L³ bytes.
+    """
+    list_size = ops.shape(beat)[1]
+    top = ops.cast(ops.equal(ops.arange(list_size), 0), rank_ops.COMPUTE_DTYPE)  # r = 0
+    # A zero row i = L: XLA compiles the loop body even for an empty list, and refuses to slice
+    # a row out of an empty axis.
+    rows = ops.pad(beat, ((0, 0), (0, 1), (0, 0)))
+    # 0·π keeps an empty list's result connected to the scores: a zero gradient, not None.
+    return _for_each_index(list_size, _add_document, (0.0 * beat + top, rows, top))[0]
+
+
+def expected_discounts(distributions):
+    """Returns Σ_r D(r)·p_j(r) for every document j, `[B, L]`: its discount in expectation."""
+    positions = ops.cast(ops.arange(1, ops.shape(distributions)[2] + 1), rank_ops.COMPUTE_DTYPE)
+    return ops.sum(distributions * rank_ops.discounts(positions), axis=-1)

@@ -23,6 +23,8 @@ ALL_LOSSES = [
     losses.LambdaRankLoss(),
     losses.LambdaRankLoss(topk=3),
     losses.SoftRankLoss(),
+    losses.SVMMapLoss(),
+    losses.PermuRankLoss(),
 ]
 IDS = [f"{type(l).__name__}-{i}" for i, l in enumerate(ALL_LOSSES)]
 

@@ -1,6 +1,6 @@
-"""LambdaRank and SoftRank against their papers' definitions, written as plain loops over one
-list, and SoftRank's limit as a property. Padding, permutation and edge cases run in
-test_losses.py (ALL_LOSSES)."""
+"""LambdaRank, SoftRank, SVM^map and PermuRank against their papers' definitions, written as plain
+loops over one list (brute force over every permutation for the structural hinges), and their
+bounds as properties. Padding, permutation and edge cases run in test_losses.py (ALL_LOSSES)."""
 
 import itertools
 import math
@@ -29,6 +29,15 @@ def _dcg(y, order, k=None):
 
 def _ndcg(y, order, k=None):
     return _dcg(y, order, k) / _dcg(y, sorted(range(len(y)), key=lambda d: -y[d]), k)
+
+
+def _ap(relevant, order):
+    hits, total = 0, 0.0
+    for position, doc in enumerate(order, start=1):
+        if relevant[doc]:
+            hits += 1
+            total += hits / position
+    return total / hits
 
 
 def lambdarank(y, s, topk=None):
@@ -62,6 +71,42 @@ def softrank(y, s, sigma):
     return -soft_dcg(y, s, sigma) / _dcg(y, sorted(range(len(y)), key=lambda d: -y[d]))
 
 
+def svm_map(y, s):
+    """max over every permutation of Δ_AP + F(y) − F(y*), F over relevant × non-relevant pairs."""
+    relevant = [label >= 1 for label in y]
+    pairs = [(i, j) for i in range(len(y)) for j in range(len(y))
+             if relevant[i] and not relevant[j]]
+
+    def f(order):
+        position = {d: p for p, d in enumerate(order)}
+        return sum((1 if position[i] < position[j] else -1) * (s[i] - s[j])
+                   for i, j in pairs) / len(pairs)
+
+    perfect = sum(s[i] - s[j] for i, j in pairs) / len(pairs)
+    return max(1 - _ap(relevant, order) + f(order) - perfect
+               for order in itertools.permutations(range(len(y))))
+
+
+def permurank(y, s):
+    """max over imperfect π of [(1 − AP(π)) − (F(π*) − F(π))]_+, F over all pairs, π* the perfect
+    permutation of largest F."""
+    n = len(y)
+    relevant = [label >= 1 for label in y]
+
+    def f(order):
+        position = {d: p for p, d in enumerate(order)}
+        return sum((1 if position[k] < position[l] else -1) * (s[k] - s[l])
+                   for k, l in itertools.combinations(range(n), 2)) / (n * (n - 1))
+
+    def is_perfect(order):
+        return all(relevant[d] for d in order[:sum(relevant)])
+
+    orders = list(itertools.permutations(range(n)))
+    best_perfect = max(f(order) for order in orders if is_perfect(order))
+    return max(0.0, max(1 - _ap(relevant, order) - (best_perfect - f(order))
+                        for order in orders if not is_perfect(order)))
+
+
 def _lists(rng, count, min_size, max_size, ties):
     """Random lists (labels 0..3, at least one relevant and one not) with random scores."""
     for _ in range(count):
@@ -90,7 +135,9 @@ def _per_list(loss, lists):
     (losses.LambdaRankLoss(topk=3), lambda y, s: lambdarank(y, s, 3), 9),
     (losses.SoftRankLoss(), lambda y, s: softrank(y, s, 1.0), 7),
     (losses.SoftRankLoss(sigma=0.3), lambda y, s: softrank(y, s, 0.3), 7),
-], ids=["lambdarank", "lambdarank@3", "softrank", "softrank-0.3"])
+    (losses.SVMMapLoss(), svm_map, 6),
+    (losses.PermuRankLoss(), permurank, 6),
+], ids=["lambdarank", "lambdarank@3", "softrank", "softrank-0.3", "svm_map", "permurank"])
 @pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
 def test_matches_the_paper_definition_written_as_loops(loss, reference, max_size, ties, rng):
     lists = list(_lists(rng, 12, 2, max_size, ties))
@@ -101,6 +148,8 @@ def test_matches_the_paper_definition_written_as_loops(loss, reference, max_size
 @pytest.mark.parametrize("loss", [
     losses.LambdaRankLoss(topk=4),
     losses.SoftRankLoss(sigma=0.5),
+    losses.SVMMapLoss(),
+    losses.PermuRankLoss(),
 ], ids=lambda l: type(l).__name__)
 def test_gradient_is_the_derivative_away_from_ties(loss, rng):
     """Central differences: the fixed weights and argmaxes stay put for a small step."""
@@ -156,6 +205,8 @@ def test_softrank_cuts_lists_with_a_none_list_dimension(xla, rng):
     (lambda: losses.SoftRankLoss(sigma=0.0), "`sigma` must be a finite number > 0; got 0.0"),
     (lambda: losses.SoftRankLoss(max_list_size=None),
      "`max_list_size` must be an int >= 1; got None"),
+    (lambda: losses.SVMMapLoss(relevance_threshold="1"), "`relevance_threshold`"),
+    (lambda: losses.PermuRankLoss(relevance_threshold=float("inf")), "`relevance_threshold`"),
 ])
 def test_bad_arguments_are_named_in_the_error(make, message):
     with pytest.raises(ValueError, match=message):
@@ -182,6 +233,19 @@ def padded_lists(draw, width, ties=True):
 
 def _exact(labels, scores):
     return measures.Positions.exact(scores, labels >= 0)
+
+
+@PROPERTY
+@given(padded_lists(width=40))
+def test_svm_map_and_permurank_bound_one_minus_ap(data):
+    labels, scores = data
+    relevance = (labels >= 1).astype(np.float32)
+    ap = float(to_numpy(measures.average_precision(relevance, _exact(labels, scores)))[0])
+    for loss in (losses.SVMMapLoss(reduction=None), losses.PermuRankLoss(reduction=None)):
+        value = float(to_numpy(loss(labels, scores))[0])
+        assert value >= 0.0
+        if relevance.any() and (labels == 0).any():
+            assert 1.0 - ap <= value + 1e-6, type(loss).__name__
 
 
 @PROPERTY

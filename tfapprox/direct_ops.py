@@ -1,4 +1,4 @@
-"""Ranking math of LambdaRank and SoftRank (their losses are in `tfapprox.losses`).
+"""Ranking math of LambdaRank, SoftRank, SVM^map and PermuRank (losses in `tfapprox.losses`).
 
 Written with `keras.ops`, like `tfapprox.ops`: tensors are `[batch, list_size]` unless a docstring
 says otherwise, `mask` is True on real documents, and no padded slot enters a sum. Ranks, gains,
@@ -95,3 +95,50 @@ def expected_discounts(distributions):
     """Returns Σ_r D(r)·p_j(r) for every document j, `[B, L]`: its discount in expectation."""
     positions = ops.cast(ops.arange(1, ops.shape(distributions)[2] + 1), rank_ops.COMPUTE_DTYPE)
     return ops.sum(distributions * rank_ops.discounts(positions), axis=-1)
+
+
+def _precision_losses(relevant_rank, nonrelevant_rank):
+    """Returns f(i, j) = i/(i + j − 1) − i/(i + j), `[B, L, L]`: what the precision at the i-th
+    relevant document loses when the j-th non-relevant document moves above it."""
+    i = ops.expand_dims(ops.maximum(relevant_rank, 1.0), 2)
+    j = ops.expand_dims(ops.maximum(nonrelevant_rank, 1.0), 1)
+    return i / ((i + j - 1.0) * (i + j))
+
+
+def ap_structural_hinge(relevance, mask, scores, pair_scale):
+    """Returns max_y [Δ_AP(y) + F(y) − F(y*)] per list, `[B]` (0 where nothing is to be swapped).
+
+    y ranges over the rankings; y* puts every relevant document above every non-relevant one;
+    Δ_AP(y) = 1 − AP(y); F(y) = c·Σ_{i rel, j nonrel} y_ij (s_i − s_j) with y_ij = +1 when y puts
+    i above j and −1 otherwise, and c = `pair_scale` [B]. The maximiser keeps the relevant and
+    the non-relevant documents each in score order (Yue et al. 2007), so it interleaves the two,
+    and the objective is a sum over the pairs it swaps (non-relevant j above relevant i):
+
+        Σ_{(i, j) swapped} ( f(i, j)/|rel| + 2c(s_j − s_i) ),  f as in `_precision_losses`,
+
+    with i and j counted within their class. Each non-relevant document can be placed on its
+    own, where its sum over the relevant documents it passes is largest: f(i, j) and s_j both
+    decrease in j, so these places come out in order (Yue et al.'s greedy search). O(L log L)
+    for the sort and O(L²) for the pairs. The search sees no gradient; the value carries the
+    gradient of F at the maximiser (a subgradient).
+    """
+    order = ops.argsort(-ops.where(mask, ops.stop_gradient(scores), float("-inf")), axis=-1)
+    relevant, nonrelevant, scores = (
+        ops.take_along_axis(x, order, axis=-1)
+        for x in (relevance, ops.cast(mask, rank_ops.COMPUTE_DTYPE) - relevance, scores))
+    pairs = ops.logical_and(ops.expand_dims(relevant, 2) > 0, ops.expand_dims(nonrelevant, 1) > 0)
+    precision_losses = rank_ops.safe_divide(
+        _precision_losses(ops.cumsum(relevant, axis=-1), ops.cumsum(nonrelevant, axis=-1)),
+        ops.reshape(ops.sum(relevant, axis=-1), (-1, 1, 1)))
+    margins = 2.0 * ops.reshape(pair_scale, (-1, 1, 1)) * pair_differences(scores)
+    swap_gains = ops.where(pairs, precision_losses - margins, 0.0)
+    # gain_from[b, x, y]: the gain of putting non-relevant y directly above relevant x, i.e. of
+    # swapping y with x and with every relevant document below x.
+    fixed = ops.stop_gradient(swap_gains)
+    gain_from = ops.where(pairs, ops.flip(ops.cumsum(ops.flip(fixed, 1), axis=1), 1),
+                          float("-inf"))
+    best = ops.max(gain_from, axis=1, keepdims=True, initial=0.0)  # 0: y stays below them all
+    at_best = ops.cast(ops.logical_and(ops.equal(gain_from, best), best > 0),
+                       rank_ops.COMPUTE_DTYPE)
+    swapped = ops.logical_and(pairs, ops.cumsum(at_best, axis=1) > 0)
+    return ops.sum(ops.where(swapped, swap_gains, 0.0), axis=(1, 2))

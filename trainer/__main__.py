@@ -123,8 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--dropout", type=float)
     g.add_argument("--bn-momentum", type=float, help="batch-norm momentum")
     g.add_argument("--loss", help="approx_ndcg, approx_ap, approx_precision, ranknet, "
-                   "weighted_ranknet, listmle, weighted_listmle (a different loss than the "
-                   "config's drops the config's loss parameters)")
+                   "weighted_ranknet, listmle, weighted_listmle, lambdarank, softrank, svm_map, "
+                   "permurank (a different loss than the config's drops the config's loss "
+                   "parameters)")
     g.add_argument("--loss-param", action="append", default=[], metavar="KEY=VALUE",
                    help="a loss parameter, e.g. alpha=10 (repeatable)")
 

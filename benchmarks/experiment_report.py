@@ -131,6 +131,7 @@ def write(studies, cache: Path, out: Path, datasets, folds, seeds, epochs) -> Pa
         parts.append(_qin(rows["qin"], dataset, folds))
         parts.append(_yilmaz(rows["yilmaz"], dataset, folds))
         parts.append(_bruch(rows["bruch_alpha"], rows["bruch_depth"], dataset, folds, out))
+        parts.append(_direct(rows["direct"], rows["chen"], dataset, folds))
         parts.append(_lightgbm(rows, dataset, folds))
         if dataset == "MQ2008":
             parts.append(_letor_convention(rows["chen"] + rows["lightgbm"], folds))
@@ -260,6 +261,24 @@ def _plot(rows, xs, xlabel, folds, path, title, log):
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _direct(rows, chen, dataset, folds):
+    svm_map = next(r for r in rows if r.setting.loss == "svm_map")
+    reference = next(r for r in chen if r.setting.label() == "B64 ranknet()")
+    lines = ["### Other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, PermuRank, "
+             "AdaRank\n",
+             "`python -m benchmarks.experiments run --study direct --dataset " + dataset + "`\n",
+             table(rows, folds), "",
+             "| method | NDCG@5 − B64 RankNet | NDCG@10 − B64 RankNet |", "|---|---|---|"]
+    lines += [f"| {r.setting.label()} | " + " | ".join(
+        _fmt_test(paired(r, reference, folds, m)) for m in ("ndcg@5", "ndcg@10")) + " |"
+        for r in rows]
+    if dataset == "OHSUMED":
+        lines.append(f"\nPublished SVM-MAP on the same folds (Chen et al. Table 1, NDCG@5 / @10): "
+                     f"0.4516 / 0.4319; ours: {_fmt(svm_map.cell(folds, 'ndcg@5'))} / "
+                     f"{_fmt(svm_map.cell(folds, 'ndcg@10'))}.")
+    return "\n".join(lines) + "\n"
 
 
 def _lightgbm(rows, dataset, folds):

@@ -1,7 +1,7 @@
 """One run of the experiments: a model trained on one fold with one seed, evaluated per test query.
 
 A run is a `Run` (dataset, fold, seed, scorer or LightGBM, loss and its parameters, epochs). Neural
-runs go through the trainer (`trainer.train.train`, resumable), LightGBM runs through
+and AdaRank runs go through the trainer (`trainer.train.train`, resumable), LightGBM runs through
 `lightgbm.train`; both are scored on the fold's test file by the same code (`per_query_metrics`,
 built on `tfapprox.metrics`), so every model is measured alike.
 """
@@ -29,8 +29,8 @@ class Run:
     dataset: str  # a set in ../shared/data: OHSUMED, MQ2008
     fold: int
     seed: int
-    model: str  # a scorer preset (linear, B64 ... B1024) or "lightgbm"
-    loss: str  # a tfapprox loss name; "lambdarank" for LightGBM
+    model: str  # a scorer preset (linear, B64 ... B1024), "adarank" or "lightgbm"
+    loss: str  # a tfapprox loss name; AdaRank's measure (ndcg, map); "lambdarank" for LightGBM
     params: tuple[tuple[str, Any], ...] = ()  # loss parameters (LightGBM: its parameters)
     epochs: int = 40
 
@@ -115,7 +115,9 @@ def _neural(run: Run, files: dict[str, Path], scratch: Path) -> dict[str, Any]:
     config_lib.apply_overrides(preset, {
         "data.train": [str(files["train"])], "data.vali": [str(files["vali"])],
         "data.test": [str(files["test"])], "data.cache_dir": str(scratch / "data"),
-        "model.preset": run.model, "loss.name": run.loss, "loss.params": dict(run.params),
+        **({"model.kind": "adarank", "model.adarank_measure": run.loss}
+           if run.model == "adarank" else
+           {"model.preset": run.model, "loss.name": run.loss, "loss.params": dict(run.params)}),
         "train.seed": run.seed, "train.epochs": run.epochs,
         "train.patience": max(run.epochs // 4, 2), "train.select_metric": SELECT_METRIC,
         "train.run_dir": str(scratch / run.cache_path(Path()).with_suffix("")),

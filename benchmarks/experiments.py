@@ -19,6 +19,8 @@ Studies (`--study`, any subset):
   bruch_alpha  ApproxNDCG with α ∈ {1, 5, 10, 20, 50, 100} (Bruch et al., SIGIR 2019)
   bruch_depth  ApproxNDCG α = 10 with B64 ... B1024
   lightgbm     LightGBM lambdarank, lr 0.05, leaves ∈ {15, 31, 63}, early stopping on vali NDCG@10
+  direct       the other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, PermuRank (B64)
+               and AdaRank.NDCG / AdaRank.MAP (linear, boosted single features)
 
 Every finished run is cached as JSON under --cache (default benchmarks/results/, committed): a
 rerun skips it, so a killed run resumes where it stopped. `report` rebuilds docs/results.md and its
@@ -97,6 +99,9 @@ def studies(first_points_only: bool = False) -> dict[str, list[Setting]]:
         "bruch_alpha": [Setting("B64", "approx_ndcg", (("alpha", a),)) for a in BRUCH_ALPHAS],
         "bruch_depth": [Setting(p, "approx_ndcg", (("alpha", 10.0),)) for p in BRUCH_PRESETS],
         "lightgbm": [Setting("lightgbm", "lambdarank", grid=(("num_leaves", (15, 31, 63)),))],
+        "direct": [Setting("B64", loss) for loss in ("lambdarank", "softrank", "svm_map",
+                                                     "permurank")]
+                  + [Setting("adarank", measure) for measure in ("ndcg", "map")],
     }
     if first_points_only:
         found = {name: [s.first_point_only() for s in settings]

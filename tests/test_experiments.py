@@ -19,7 +19,7 @@ def test_smoke_run_writes_every_table_and_plot(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = re.search(r"wrote (\S+results\.md)", done.stdout).group(1)
     text = open(report).read()
-    for title in ("Chen et al. 2009", "Qin et al. 2010", "Yilmaz & Robertson",
+    for title in ("Chen et al. 2009", "Qin et al. 2010", "Yilmaz & Robertson", "SVM^map",
                   "Bruch et al. 2019", "LightGBM lambdarank", "tightness"):
         assert title in text
     assert "| not run" not in text, "the smoke run should fill every table"

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import loss_and_grad, to_numpy
+from conftest import COMPILE_MODES, loss_and_grad, to_numpy
 from tfapprox import ops as rank_ops
 
 
@@ -74,3 +74,41 @@ def test_safe_divide_has_finite_gradient_at_zero():
     value, grad = loss_and_grad(
         lambda y, s: rank_ops.safe_divide(s, s * 0.0), None, np.array([[1.0, 2.0]], np.float32))
     assert value == 0 and np.all(grad == 0)
+
+
+def test_auto_sums_pairs_in_blocks_above_blocked_above():
+    def pick(list_size, pairwise="auto"):
+        return rank_ops._dense_or_blocked(pairwise, np.zeros((1, list_size), np.float32),
+                                           lambda: "dense", lambda: "blocked")
+
+    assert pick(rank_ops.BLOCKED_ABOVE) == "dense" and pick(1000) == "dense"
+    assert pick(rank_ops.BLOCKED_ABOVE + 1) == "blocked"
+    assert pick(5000, "dense") == "dense" and pick(3, "blocked") == "blocked"
+    with pytest.raises(ValueError, match="`pairwise` must be one of"):
+        pick(3, "sparse")
+
+
+PAIR_SUMS = {  # pairwise -> a loss_fn(labels, scores) on each blocked sum, with uneven upstream
+    "approx_ranks": lambda mask, labels, weights, pairwise: lambda y, s: (
+        rank_ops.approx_ranks(s, mask, 3.0, pairwise) * weights),
+    "sigmoid_pair_sums": lambda mask, labels, weights, pairwise: lambda y, s: (
+        rank_ops.sigmoid_pair_sums(2.0 * s, weights, pairwise) * (1.0 + s)),
+    "logistic_pair_sums": lambda mask, labels, weights, pairwise: lambda y, s: (
+        rank_ops.logistic_pair_sums(s, labels, mask, pairwise) * weights),
+}
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("name", sorted(PAIR_SUMS))
+def test_pair_sums_in_blocks_equal_dense_values_and_gradients(name, mode, rng, monkeypatch):
+    """Blocks of 4 columns over lists of 11 (the last block padded), with padded documents."""
+    monkeypatch.setattr(rank_ops, "PAIR_BLOCK", 4)
+    labels = rng.integers(0, 4, size=(3, 11)).astype(np.float32)
+    mask = rng.random((3, 11)) > 0.3
+    weights = rng.random((3, 11)).astype(np.float32) * mask
+    scores = rng.normal(size=(3, 11)).astype(np.float32)
+    dense = loss_and_grad(PAIR_SUMS[name](mask, labels, weights, "dense"), None, scores, mode)
+    blocked = loss_and_grad(PAIR_SUMS[name](mask, labels, weights, "blocked"), None, scores,
+                            mode)
+    for ours, expected in zip(blocked, dense):
+        np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)

@@ -18,10 +18,11 @@ from tfapprox import ops as rank_ops
 class Positions:
     """Positions of the documents of each list, with the truncation indicators built on them."""
 
-    def __init__(self, ranks, mask, beta=None):
+    def __init__(self, ranks, mask, beta=None, pairwise="auto"):
         self.ranks = ranks
         self.mask = mask
         self.beta = beta
+        self.pairwise = pairwise
 
     @classmethod
     def exact(cls, scores, mask):
@@ -29,9 +30,10 @@ class Positions:
         return cls(rank_ops.exact_ranks(scores, mask), mask)
 
     @classmethod
-    def smooth(cls, scores, mask, alpha, beta):
-        """Smooth positions π̂(x) (Qin eq. 20) with sigmoid indicators of slope `beta`."""
-        return cls(rank_ops.approx_ranks(scores, mask, alpha), mask, beta)
+    def smooth(cls, scores, mask, alpha, beta, pairwise="auto"):
+        """Smooth positions π̂(x) (Qin eq. 20) with sigmoid indicators of slope `beta`; pairwise
+        sums dense or in blocks as `pairwise` says (`tfapprox.ops.PAIRWISE_MODES`)."""
+        return cls(rank_ops.approx_ranks(scores, mask, alpha, pairwise), mask, beta, pairwise)
 
     def in_top(self, k):
         """Returns 1{π(x) ≤ k}, or σ(β(k + ½ − π̂(x))) when smooth; ones when `k` is None."""
@@ -39,14 +41,19 @@ class Positions:
             return rank_ops.top_k_cutoff(self.ranks, k)
         return rank_ops.smooth_top_k_cutoff(self.ranks, k, self.beta)
 
-    def before(self):
-        """Returns `[B, L, L]`, entry `[b, x, y]` = 1{π(x) < π(y)} (or σ(β(π̂(y) − π̂(x)))), x ≠ y."""
-        r_x, r_y = ops.expand_dims(self.ranks, 2), ops.expand_dims(self.ranks, 1)
-        if self.beta is None:
-            indicator = ops.cast(ops.less(r_x, r_y), rank_ops.COMPUTE_DTYPE)
-        else:
-            indicator = ops.sigmoid(self.beta * (r_y - r_x))
-        return ops.where(rank_ops.pairs_of_others(self.mask), indicator, 0.0)
+    def relevant_before(self, relevance):
+        """Returns Σ_{x≠y} r(x)·1{π(x) < π(y)} for each y, or Σ_{x≠y} r(x)·σ(β(π̂(y) − π̂(x))).
+
+        Smooth, it is `sigmoid_pair_sums` of −βπ̂ weighted by r, less its x = y term r(y)·σ(0):
+        summed in blocks for long lists. Exact, the `[B, L, L]` indicator is built (x = y is
+        never before itself; padded x have r(x) = 0).
+        """
+        if self.beta is not None:
+            return (rank_ops.sigmoid_pair_sums(-self.beta * self.ranks, relevance, self.pairwise)
+                    - 0.5 * relevance)
+        before = ops.less(ops.expand_dims(self.ranks, 1), ops.expand_dims(self.ranks, 2))
+        return ops.sum(ops.cast(before, rank_ops.COMPUTE_DTYPE) * ops.expand_dims(relevance, 1),
+                       axis=-1)  # [b, y, x]: π(x) < π(y)
 
 
 def ndcg(labels, positions, k=None):
@@ -58,8 +65,7 @@ def ndcg(labels, positions, k=None):
 
 def average_precision(relevance, positions):
     """AP = 1/|D+| Σ_y r(y)/π(y) · (1 + Σ_{x≠y} r(x)·1{π(x) < π(y)})  (Qin et al. eq. 7)."""
-    relevant_before = ops.sum(ops.expand_dims(relevance, 2) * positions.before(), axis=1)
-    precision_at_own_rank = (1.0 + relevant_before) / positions.ranks
+    precision_at_own_rank = (1.0 + positions.relevant_before(relevance)) / positions.ranks
     return rank_ops.safe_divide(ops.sum(relevance * precision_at_own_rank, axis=-1),
                                 ops.sum(relevance, axis=-1))
 

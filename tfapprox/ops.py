@@ -1,10 +1,12 @@
 """Ranking math shared by losses and metrics: input standardisation, ranks, gains, discounts.
 
 Everything here is written with `keras.ops`, so it runs on the TensorFlow, JAX and PyTorch
-backends. Tensors are `[batch, list_size]` unless a docstring says otherwise; `mask` is True on
-real documents and False on padded slots. No function here lets a padded slot enter a sum.
+backends (one documented TensorFlow fallback: `_one_step_at_a_time`). Tensors are
+`[batch, list_size]` unless a docstring says otherwise; `mask` is True on real documents and False
+on padded slots. No function here lets a padded slot enter a sum.
 """
 
+import keras
 from keras import ops
 
 COMPUTE_DTYPE = "float32"
@@ -71,27 +73,193 @@ def _shapes_compatible(a, b):
     return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
 
 
-def pairs_of_others(mask):
-    """Returns bool `[B, L, L]`: entry `[b, i, j]` is True when j is a real document other than i."""
-    list_size = ops.shape(mask)[1]
-    not_self = ops.logical_not(ops.eye(list_size, dtype="bool"))
-    return ops.logical_and(ops.expand_dims(mask, 1), ops.expand_dims(not_self, 0))
+# Pairwise sums (Σ_j f(x_k, x_j) for every k) over lists longer than BLOCKED_ABOVE documents are
+# computed PAIR_BLOCK columns at a time, forward and backward (pairwise="auto"): memory
+# O(B·L·PAIR_BLOCK) instead of O(B·L²). "dense" and "blocked" force either way.
+PAIRWISE_MODES = ("auto", "dense", "blocked")
+BLOCKED_ABOVE = 1024
+PAIR_BLOCK = 256
 
 
-def approx_ranks(scores, mask, alpha):
+def _dense_or_blocked(pairwise, like, dense, blocked):
+    """Returns `dense()` or `blocked()`, as `pairwise` says; "auto" takes `blocked()` for lists
+    of `like` [B, L] longer than BLOCKED_ABOVE: chosen when tracing if L is static, else when
+    the graph runs."""
+    if pairwise == "auto":
+        list_size = like.shape[1]
+        if list_size is None:
+            return ops.cond(ops.shape(like)[1] > BLOCKED_ABOVE, blocked, dense)
+        pairwise = "blocked" if list_size > BLOCKED_ABOVE else "dense"
+    if pairwise not in PAIRWISE_MODES:
+        raise ValueError(f"`pairwise` must be one of {PAIRWISE_MODES}; got {pairwise!r}")
+    return blocked() if pairwise == "blocked" else dense()
+
+
+def _sum_over_column_blocks(block_sums, columns, fills):
+    """Returns Σ_J block_sums([c[:, J] for c in columns]) over blocks J of PAIR_BLOCK columns.
+
+    `columns` are `[B, L]`; they are padded with `fills` to a whole number of blocks, and
+    `block_sums` must give 0 for a padded column. It returns `[B, L]` row sums over one block's
+    `[B, L, PAIR_BLOCK]` pairs, so one block of pairs is alive at a time. The loop runs with a
+    `None` list dimension (a while loop in a TensorFlow graph, which XLA compiles too).
+    """
+    batch_size, list_size = ops.shape(columns[0])
+    num_blocks = (list_size + PAIR_BLOCK - 1) // PAIR_BLOCK
+    padding = ((0, 0), (0, num_blocks * PAIR_BLOCK - list_size))
+    padded = [ops.pad(column, padding, constant_values=fill)
+              for column, fill in zip(columns, fills)]
+
+    def add_block(index, total):
+        start = (0, index * PAIR_BLOCK)
+        return total + block_sums(
+            [ops.slice(column, start, (batch_size, PAIR_BLOCK)) for column in padded])
+
+    return _one_step_at_a_time(num_blocks, add_block,
+                               ops.zeros_like(columns[0], dtype=COMPUTE_DTYPE))
+
+
+def _one_step_at_a_time(num_steps, body, initial):
+    """Returns `ops.fori_loop(0, num_steps, body, initial)`, its steps never overlapping.
+
+    Backend fallback: a TensorFlow graph runs up to 10 steps of a while loop at once (each with
+    its own block of pairs: 1.6 GB instead of 1.1 GB peak for a list of 60,000), so on
+    TensorFlow the loop is `tf.while_loop(parallel_iterations=1)`. JAX, XLA and eager loops run
+    one step at a time anyway.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return ops.fori_loop(0, num_steps, body, initial)
+    import tensorflow as tf
+
+    return tf.while_loop(lambda step, value: step < num_steps,
+                         lambda step, value: (step + 1, body(step, value)),
+                         (0, initial), parallel_iterations=1)[1]
+
+
+def _pair_sums(row_sums, row_sum_gradients, values, constants, fills, pairwise):
+    """Returns R_k = Σ_j f(values, constants; k, j), `[B, L]`, differentiable in `values`.
+
+    `row_sums(*rows, *columns)` gives the row sums over the given columns and
+    `row_sum_gradients(*rows, upstream, *columns, column_upstream)` the part of
+    Σ_k upstream_k·∂R_k/∂values those columns contribute, both from `[B, L]` rows and `[B, J]`
+    columns of (values, *constants). Dense, the columns are the whole list and autodiff gives
+    the gradient; blocked, both are summed over column blocks (padded with `fills`, then 0 for
+    the upstream) and the backward pass recomputes each block. `constants` get no gradient.
+    """
+    constants = [ops.stop_gradient(constant) for constant in constants]
+
+    def dense():
+        return row_sums(values, *constants, values, *constants)
+
+    def blocked():
+        @ops.custom_gradient
+        def sums(*rows):  # the constants are inputs too: captured, they break inside ops.cond
+            def gradient(*args, upstream=None):
+                upstream = args[0] if upstream is None else upstream
+                values_gradient = _sum_over_column_blocks(
+                    lambda columns: row_sum_gradients(*rows, upstream, *columns),
+                    (*rows, upstream), (*fills, 0.0))
+                return (values_gradient, *[ops.zeros_like(constant) for constant in constants])
+
+            total = _sum_over_column_blocks(lambda columns: row_sums(*rows, *columns), rows,
+                                            fills)
+            return total, gradient
+
+        return sums(values, *constants)
+
+    return _dense_or_blocked(pairwise, values, dense, blocked)
+
+
+def _differences(values, column_values):
+    """Returns `[B, K, J]`: entry `[b, k, j]` = v_j − v_k."""
+    return ops.expand_dims(column_values, 1) - ops.expand_dims(values, 2)
+
+
+def _weighted_sigmoid_sums(values, weights, column_values, column_weights):
+    """Σ_j w_j σ(v_j − v_k) for each row k."""
+    sigmoid = ops.sigmoid(_differences(values, column_values))
+    return ops.sum(sigmoid * ops.expand_dims(column_weights, 1), axis=-1)
+
+
+def _weighted_sigmoid_sum_gradients(values, weights, upstream, column_values, column_weights,
+                                    column_upstream):
+    """∂/∂v_k of Σ_i g_i Σ_j w_j σ(v_j − v_i), restricted to the columns j:
+    Σ_j σ'(v_j − v_k)·(w_k·g_j − g_k·w_j), with σ' = σ(1 − σ) even."""
+    sigmoid = ops.sigmoid(_differences(values, column_values))
+    slope = sigmoid * (1.0 - sigmoid)
+    return (weights * ops.sum(slope * ops.expand_dims(column_upstream, 1), axis=-1)
+            - upstream * ops.sum(slope * ops.expand_dims(column_weights, 1), axis=-1))
+
+
+def _sigmoid_sums(values, weights, column_values, column_weights):
+    """Σ_j σ(v_j − v_k) for each row k: `_weighted_sigmoid_sums` with every weight 1."""
+    del weights, column_weights
+    return ops.sum(ops.sigmoid(_differences(values, column_values)), axis=-1)
+
+
+def sigmoid_pair_sums(values, weights=None, pairwise="auto"):
+    """Returns S_k = Σ_j w_j σ(v_j − v_k) over every j of the list (j = k adds w_k/2), `[B, L]`.
+
+    `weights` (default all 1) get no gradient. Summed in blocks of columns with a recomputing
+    backward pass for long lists (`pairwise`, see PAIRWISE_MODES); padded block columns hold
+    v = −inf, where σ and σ' are exactly 0.
+    """
+    row_sums = _sigmoid_sums if weights is None else _weighted_sigmoid_sums
+    weights = ops.ones_like(values) if weights is None else weights
+    return _pair_sums(row_sums, _weighted_sigmoid_sum_gradients, values, (weights,),
+                      (float("-inf"), 0.0), pairwise)
+
+
+def approx_ranks(scores, mask, alpha, pairwise="auto"):
     """Returns the smooth positions π̂(x) = 1 + Σ_{y≠x, y real} σ(α(s_y − s_x)) (Qin et al. eq. 20).
 
     Padded documents take no part in any sum: their scaled scores are moved at least 1e4 below
     every real one, where σ is exactly 0 with exactly zero gradient — an O(L) mask instead of a
-    selection over the [B, L, L] pairs. Broadcasts `[B, 1, L] − [B, L, 1]`; σ saturates cleanly,
-    so |α·Δs| up to 1e4 and beyond gives finite values and gradients.
+    selection over the [B, L, L] pairs. π̂ = ½ + `sigmoid_pair_sums` (whose y = x term is
+    σ(0) = ½), so long lists are summed in blocks (`pairwise`). σ saturates cleanly, so |α·Δs|
+    up to 1e4 and beyond gives finite values and gradients.
     """
     scaled = ops.multiply(scores, alpha)
     lowest = ops.min(ops.where(mask, scaled, 0.0), axis=-1, keepdims=True, initial=0.0)
     scaled = ops.where(mask, scaled, lowest - 1e4 - ops.abs(lowest))
-    # above[b, x, y] = σ(α(s_y − s_x)): how much y is placed above x; the diagonal adds σ(0) = ½.
-    above = ops.sigmoid(ops.expand_dims(scaled, 1) - ops.expand_dims(scaled, 2))
-    return 0.5 + ops.sum(above, axis=-1)
+    return 0.5 + sigmoid_pair_sums(scaled, pairwise=pairwise)
+
+
+def has_label_pairs(labels, mask):
+    """Returns bool `[B]`: whether two real documents of a list have different labels — O(L)."""
+    highest = ops.max(ops.where(mask, labels, float("-inf")), axis=-1, initial=float("-inf"))
+    lowest = ops.min(ops.where(mask, labels, float("inf")), axis=-1, initial=float("inf"))
+    return ops.greater(highest, lowest)
+
+
+def _logistic_sums(scores, ranked, column_scores, column_ranked):
+    """Σ_{j: l_k > l_j} ln(1 + e^{s_j − s_k}) for each row k (`ranked`: labels, NaN = no pair)."""
+    pairs = ops.greater(ops.expand_dims(ranked, 2), ops.expand_dims(column_ranked, 1))
+    return ops.sum(ops.where(pairs, ops.softplus(_differences(scores, column_scores)), 0.0),
+                   axis=-1)
+
+
+def _logistic_sum_gradients(scores, ranked, upstream, column_scores, column_ranked,
+                            column_upstream):
+    """∂/∂s_k of Σ_i g_i·(row i of `_logistic_sums`), restricted to the columns j:
+    Σ_j g_j·1{l_j > l_k}·σ(s_k − s_j) − g_k·1{l_k > l_j}·σ(s_j − s_k)."""
+    sigmoid = ops.sigmoid(_differences(scores, column_scores))  # σ(s_j − s_k)
+    ranked, column_ranked = ops.expand_dims(ranked, 2), ops.expand_dims(column_ranked, 1)
+    k_is_lower = ops.where(ops.greater(column_ranked, ranked),
+                           (1.0 - sigmoid) * ops.expand_dims(column_upstream, 1), 0.0)
+    k_is_upper = ops.where(ops.greater(ranked, column_ranked), sigmoid, 0.0)
+    return ops.sum(k_is_lower, axis=-1) - upstream * ops.sum(k_is_upper, axis=-1)
+
+
+def logistic_pair_sums(scores, labels, mask, pairwise="auto"):
+    """Returns Σ_{j real: l_j < l_k} ln(1 + e^{−(s_k − s_j)}) for each real document k, `[B, L]`
+    (0 on padded ones): the RankNet loss of the pairs in which k is the upper document.
+
+    Summed in blocks of columns with a recomputing backward pass for long lists (`pairwise`).
+    A padded document's label is NaN inside, so it is in no pair (no comparison with NaN holds).
+    """
+    ranked = ops.where(mask, labels, float("nan"))
+    return _pair_sums(_logistic_sums, _logistic_sum_gradients, scores, (ranked,),
+                      (0.0, float("nan")), pairwise)
 
 
 def exact_ranks(scores, mask):

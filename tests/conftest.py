@@ -60,12 +60,13 @@ COMPILE_MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("eager", "jit"
     backend(), ("eager",))
 
 
-def loss_and_grad(loss_fn, labels, scores, mode="eager"):
+def loss_and_grad(loss_fn, labels, scores, mode="eager", unknown_shape=False):
     """Returns (value, d value / d scores) as numpy, on the active Keras backend.
 
     `loss_fn(labels, scores_tensor)` must return a scalar (it is summed otherwise). `mode` is one
     of `COMPILE_MODES`; compiled, the gradient is taken inside the compiled function, as in a
-    Keras train step.
+    Keras train step. `unknown_shape` traces a compiled TensorFlow function for `[None, None]`
+    labels and scores (the shape whole lists have in the trainer); JAX always sees static shapes.
     """
     name = backend()
     if name == "tensorflow":
@@ -78,7 +79,9 @@ def loss_and_grad(loss_fn, labels, scores, mode="eager"):
             return value, tape.gradient(value, x)
 
         if mode != "eager":
-            value_and_grad = tf.function(value_and_grad, jit_compile=mode == "xla")
+            signature = [tf.TensorSpec((None, None), tf.float32)] * 2 if unknown_shape else None
+            value_and_grad = tf.function(value_and_grad, jit_compile=mode == "xla",
+                                         input_signature=signature)
         if labels is not None:
             labels = tf.convert_to_tensor(labels)
         value, grad = value_and_grad(labels, tf.convert_to_tensor(scores))

@@ -58,6 +58,12 @@ def _check_cutoff(name, value, allow_none=True):
     return value
 
 
+def _check_pairwise(value):
+    if value not in rank_ops.PAIRWISE_MODES:
+        raise ValueError(f"`pairwise` must be one of {rank_ops.PAIRWISE_MODES}; got {value!r}")
+    return value
+
+
 def _check_threshold(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"`relevance_threshold` must be a finite number; got {value!r}")
@@ -144,42 +150,49 @@ class ApproxNDCGLoss(RankingLoss):
             search 10…100). Larger is tighter (Qin Thm 3) but harder to optimise.
         topk: optional cut-off k.
         beta: slope β of the truncation sigmoid (Qin et al. search 1…100); used with `topk` only.
+        pairwise: "auto" (default), "dense" or "blocked": how the sums over pairs are computed.
+            Blocked, in `tfapprox.ops.PAIR_BLOCK` (256) columns at a time with a backward pass
+            that recomputes each block: O(B·L·256) memory instead of O(B·L²). "auto" blocks
+            lists longer than `tfapprox.ops.BLOCKED_ABOVE` (1024), at run time if L is None.
     A list contributes when it has a document with label > 0.
     """
 
-    def __init__(self, alpha=10.0, topk=None, beta=10.0, reduction="sum_over_batch_size",
-                 name="approx_ndcg_loss", dtype=None):
+    def __init__(self, alpha=10.0, topk=None, beta=10.0, pairwise="auto",
+                 reduction="sum_over_batch_size", name="approx_ndcg_loss", dtype=None):
         super().__init__(reduction=reduction, name=name, dtype=dtype)
         self.alpha = _check_positive("alpha", alpha)
         self.topk = _check_cutoff("topk", topk)
         self.beta = _check_positive("beta", beta)
+        self.pairwise = _check_pairwise(pairwise)
 
     def per_list(self, labels, mask, scores):
-        positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta)
+        positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta, self.pairwise)
         has_relevant = rank_ops.count_per_list(ops.greater(labels, 0.0)) > 0
         return -measures.ndcg(labels, positions, self.topk), has_relevant
 
     def get_config(self):
-        return {**super().get_config(), "alpha": self.alpha, "topk": self.topk, "beta": self.beta}
+        return {**super().get_config(), "alpha": self.alpha, "topk": self.topk, "beta": self.beta,
+                "pairwise": self.pairwise}
 
 
 class _BinaryRelevanceLoss(RankingLoss):
     """Shared arguments of the losses over binary relevance r(x) = 1{label ≥ threshold}."""
 
-    def __init__(self, alpha, beta, relevance_threshold, reduction, name, dtype):
+    def __init__(self, alpha, beta, relevance_threshold, pairwise, reduction, name, dtype):
         super().__init__(reduction=reduction, name=name, dtype=dtype)
         self.alpha = _check_positive("alpha", alpha)
         self.beta = _check_positive("beta", beta)
         self.relevance_threshold = _check_threshold(relevance_threshold)
+        self.pairwise = _check_pairwise(pairwise)
 
     def relevance_and_positions(self, labels, mask, scores):
         relevance = rank_ops.binary_relevance(labels, mask, self.relevance_threshold)
-        positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta)
+        positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta, self.pairwise)
         return relevance, positions, ops.sum(relevance, axis=-1) > 0
 
     def get_config(self):
         return {**super().get_config(), "alpha": self.alpha, "beta": self.beta,
-                "relevance_threshold": self.relevance_threshold}
+                "relevance_threshold": self.relevance_threshold, "pairwise": self.pairwise}
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
@@ -189,13 +202,13 @@ class ApproxAPLoss(_BinaryRelevanceLoss):
         loss = −(1/|D+|) Σ_y r(y)/π̂(y) · (1 + Σ_{x≠y} r(x)·σ(β(π̂(y) − π̂(x)))),
 
     with π̂ from eq. 20 (slope α) and r(x) = 1{label ≥ relevance_threshold}. Both 1/π̂(y) and the
-    pairwise truncation are smooth and carry gradient. A list contributes when it has a relevant
-    document.
+    pairwise truncation are smooth and carry gradient; both pairwise sums are dense or blocked as
+    `pairwise` says (see `ApproxNDCGLoss`). A list contributes when it has a relevant document.
     """
 
-    def __init__(self, alpha=10.0, beta=10.0, relevance_threshold=1.0,
+    def __init__(self, alpha=10.0, beta=10.0, relevance_threshold=1.0, pairwise="auto",
                  reduction="sum_over_batch_size", name="approx_ap_loss", dtype=None):
-        super().__init__(alpha, beta, relevance_threshold, reduction, name, dtype)
+        super().__init__(alpha, beta, relevance_threshold, pairwise, reduction, name, dtype)
 
     def per_list(self, labels, mask, scores):
         relevance, positions, has_relevant = self.relevance_and_positions(labels, mask, scores)
@@ -208,12 +221,12 @@ class ApproxPrecisionLoss(_BinaryRelevanceLoss):
 
         loss = −(1/k) Σ_x r(x)·σ(β(k + ½ − π̂(x))),   r(x) = 1{label ≥ relevance_threshold}.
 
-    A list contributes when it has a relevant document.
+    `pairwise` as in `ApproxNDCGLoss`. A list contributes when it has a relevant document.
     """
 
-    def __init__(self, k, alpha=10.0, beta=10.0, relevance_threshold=1.0,
+    def __init__(self, k, alpha=10.0, beta=10.0, relevance_threshold=1.0, pairwise="auto",
                  reduction="sum_over_batch_size", name="approx_precision_loss", dtype=None):
-        super().__init__(alpha, beta, relevance_threshold, reduction, name, dtype)
+        super().__init__(alpha, beta, relevance_threshold, pairwise, reduction, name, dtype)
         self.k = _check_cutoff("k", k, allow_none=False)
 
     def per_list(self, labels, mask, scores):
@@ -236,27 +249,28 @@ class RankNetLoss(RankingLoss):
     """RankNet: Σ_{l_i > l_j} ln(1 + e^{−(s_i − s_j)}) per list (Burges et al. 2005).
 
     Summed over the pairs of a list, this equals the per-list sum of TF-Ranking's unreduced
-    `PairwiseLogisticLoss` (its default reduction instead divides by batch × list size). A list
-    contributes when it has a pair with different labels.
+    `PairwiseLogisticLoss` (its default reduction instead divides by batch × list size). The
+    pair sums are dense or blocked as `pairwise` says (see `ApproxNDCGLoss`). A list contributes
+    when it has a pair with different labels.
     """
 
-    def __init__(self, reduction="sum_over_batch_size", name="ranknet_loss", dtype=None):
+    def __init__(self, pairwise="auto", reduction="sum_over_batch_size", name="ranknet_loss",
+                 dtype=None):
         super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.pairwise = _check_pairwise(pairwise)
 
     def pair_weights(self, labels, mask):
         """Returns the weight of each pair's upper document and the list normaliser."""
         return ops.ones_like(labels), ops.ones(ops.shape(labels)[:1])
 
     def per_list(self, labels, mask, scores):
-        upper_label, lower_label = ops.expand_dims(labels, 2), ops.expand_dims(labels, 1)
-        pairs = ops.logical_and(ops.greater(upper_label, lower_label),
-                                ops.logical_and(ops.expand_dims(mask, 2),
-                                                ops.expand_dims(mask, 1)))
-        logistic = ops.softplus(ops.expand_dims(scores, 1) - ops.expand_dims(scores, 2))
+        as_upper = rank_ops.logistic_pair_sums(scores, labels, mask, self.pairwise)
         weights, normaliser = self.pair_weights(labels, mask)
-        total = ops.sum(ops.where(pairs, logistic, 0.0) * ops.expand_dims(weights, 2),
-                        axis=(1, 2))
-        return rank_ops.safe_divide(total, normaliser), ops.any(pairs, axis=(1, 2))
+        total = ops.sum(as_upper * weights, axis=-1)
+        return rank_ops.safe_divide(total, normaliser), rank_ops.has_label_pairs(labels, mask)
+
+    def get_config(self):
+        return {**super().get_config(), "pairwise": self.pairwise}
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
@@ -271,9 +285,9 @@ class WeightedRankNetLoss(RankNetLoss):
     (None: the whole list); N_C is the ideal DCG@C.
     """
 
-    def __init__(self, topk=None, reduction="sum_over_batch_size",
+    def __init__(self, topk=None, pairwise="auto", reduction="sum_over_batch_size",
                  name="weighted_ranknet_loss", dtype=None):
-        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        super().__init__(pairwise=pairwise, reduction=reduction, name=name, dtype=dtype)
         self.topk = _check_cutoff("topk", topk)
 
     def pair_weights(self, labels, mask):

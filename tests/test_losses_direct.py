@@ -120,9 +120,8 @@ def _lists(rng, count, min_size, max_size, ties):
         yield y, s
 
 
-def _per_list(loss, lists):
-    """Our per-list values for `lists`, computed as one batch padded to the longest list."""
-    width = max(len(y) for y, _ in lists)
+def _per_list(loss, lists, width):
+    """Our per-list values for `lists`, computed as one batch padded to `width` documents."""
     labels = np.full((len(lists), width), -1.0, np.float32)
     scores = np.full((len(lists), width), np.nan, np.float32)
     for row, (y, s) in enumerate(lists):
@@ -142,7 +141,7 @@ def _per_list(loss, lists):
 def test_matches_the_paper_definition_written_as_loops(loss, reference, max_size, ties, rng):
     lists = list(_lists(rng, 12, 2, max_size, ties))
     expected = [reference([float(v) for v in y], [float(v) for v in s]) for y, s in lists]
-    np.testing.assert_allclose(_per_list(loss, lists), expected, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(_per_list(loss, lists, max_size), expected, rtol=2e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("loss", [

@@ -1,6 +1,6 @@
 """Prints forward+backward throughput (lists/s) of every tfapprox loss beside TF-Ranking's.
 
-    python benchmarks/losses.py [--round-seconds 0.3] [--jit] [--no-tfranking]
+    python benchmarks/losses.py [--round-seconds 0.3] [--jit] [--no-tfranking] [--loss NAME ...]
 
 Each loss is timed at list sizes 10, 100 and 1000 (batch 256, 64 and 8; float32 labels 0..4,
 no padding) on the TensorFlow backend: the gradient of the reduced loss with respect to the
@@ -69,10 +69,11 @@ class TFRankingServer:
         self.process.wait()
 
 
-def measure(round_seconds, jit_compile, server):
+def measure(round_seconds, jit_compile, server, names):
     """Returns [(loss, list size, ours lists/s, TF-Ranking loss or None, its lists/s or None)]."""
     rows = []
-    for name, cls in losses.LOSSES.items():
+    for name in names:
+        cls = losses.LOSSES[name]
         loss = cls(**PARAMS.get(name, {}))
         counterpart = COUNTERPARTS.get(cls.__name__) if server else None
         for list_size, batch_size in SIZES:
@@ -111,9 +112,11 @@ def main():
     parser.add_argument("--jit", action="store_true", help="compile with XLA (jit_compile)")
     parser.add_argument("--no-tfranking", action="store_true",
                         help="time tfapprox alone (no side venv)")
+    parser.add_argument("--loss", nargs="+", choices=sorted(losses.LOSSES),
+                        default=list(losses.LOSSES), help="losses to time (default: all)")
     args = parser.parse_args()
     server = None if args.no_tfranking else TFRankingServer(args.round_seconds, args.jit)
-    rows = measure(args.round_seconds, args.jit, server)
+    rows = measure(args.round_seconds, args.jit, server, args.loss)
     against = ""
     if server:
         server.close()

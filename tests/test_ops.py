@@ -112,3 +112,23 @@ def test_pair_sums_in_blocks_equal_dense_values_and_gradients(name, mode, rng, m
                             mode)
     for ours, expected in zip(blocked, dense):
         np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("spread", [3.0, 1e4], ids=["cumsum_path", "scan_path"])
+def test_suffix_logsumexp_is_exact_on_both_paths(spread, mode, rng):
+    """Small score gaps take the O(L) cumulative sum, huge ones the scan; both equal float64."""
+    scores = (rng.normal(size=(3, 40)) * spread).astype(np.float32)
+    mask = rng.random((3, 40)) < 0.85
+    value, grad = loss_and_grad(
+        lambda y, s: rank_ops.suffix_logsumexp_minus_self(s, mask) * (1.0 + np.arange(40)),
+        None, scores, mode)
+    expected = 0.0
+    for s, m in zip(scores.astype(np.float64), mask):
+        real = s[m]
+        for p in range(len(real)):
+            top = real[p:].max()
+            expected += (1.0 + np.flatnonzero(m)[p]) * (
+                top + np.log(np.exp(real[p:] - top).sum()) - real[p])
+    assert value == pytest.approx(expected, rel=1e-5)
+    assert np.all(np.isfinite(grad)) and np.all(grad[~mask] == 0)

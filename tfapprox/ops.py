@@ -386,8 +386,38 @@ def _add_next_block(width, high, total):
     return width * 2, top, total * ops.exp(high - top) + next_total * ops.exp(next_high - top)
 
 
+# A reverse cumulative sum of e^{s − max} is exact in float32 while every suffix sum is at least
+# this: what underflows (terms below 2^-126, fewer than 2^40 of them) is then below 2^-86 of it.
+SMALLEST_EXACT_SUFFIX_SUM = 2.0 ** -60
+
+
 def suffix_logsumexp_minus_self(scores, mask):
     """Returns ln Σ_{i ≥ p, i real} e^{s_i} − s_p at each real position p, and 0 on padded ones.
+
+    With a static list size, usually one reverse cumulative sum of e^{s − m}, m the list's top
+    score: O(L). When a batch has a suffix whose sum would underflow that (scores more than ~40
+    below the top at the end of a list), the whole batch takes the log-depth scan of
+    `suffix_logsumexp_by_scan` instead, exact for score gaps of 1e4 (chosen at run time with
+    `ops.cond`). A `None` list size always takes the scan: XLA cannot differentiate a cond over
+    the scan's while loop (nor over its rolls with a dynamic dimension).
+    """
+    if scores.shape[1] is None:
+        return suffix_logsumexp_by_scan(scores, mask)
+    fixed = ops.stop_gradient(scores)
+    top = ops.max(ops.where(mask, fixed, float("-inf")), axis=-1, keepdims=True,
+                  initial=float("-inf"))
+    top = ops.where(ops.isfinite(top), top, 0.0)  # a list without real documents
+    exp = ops.where(mask, ops.exp(scores - top), 0.0)
+    total = ops.flip(ops.cumsum(ops.flip(exp, axis=-1), axis=-1), axis=-1)
+    exact = ops.all(ops.logical_or(ops.logical_not(mask), total >= SMALLEST_EXACT_SUFFIX_SUM))
+    return ops.cond(
+        exact,
+        lambda: ops.where(mask, (top - scores) + ops.log(ops.where(mask, total, 1.0)), 0.0),
+        lambda: suffix_logsumexp_by_scan(scores, mask))
+
+
+def suffix_logsumexp_by_scan(scores, mask):
+    """Returns what `suffix_logsumexp_minus_self` does, exact for any score gaps, O(L log L).
 
     A log-depth scan (Hillis & Steele) over (running max, rescaled sum) pairs: after the round of
     width w each position holds the sum over its next 2w positions, so ⌈log2 L⌉ rounds and

@@ -158,6 +158,8 @@ def main(argv=None) -> int:
     parser.add_argument("command", choices=("run", "report"))
     parser.add_argument("--study", nargs="+", choices=sorted(studies()), default=sorted(studies()))
     parser.add_argument("--dataset", nargs="+", choices=DATASETS, default=list(DATASETS))
+    parser.add_argument("--loss", nargs="+",
+                        help="run only the studies' settings with these losses (or measures)")
     parser.add_argument("--folds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=NEURAL_EPOCHS)
@@ -178,7 +180,8 @@ def main(argv=None) -> int:
         args.cache, args.out, args.work = temp / "cache", temp / "docs", temp / "work"
     chosen = studies(first_points_only=args.smoke)
     if args.command == "run":
-        settings = list(dict.fromkeys(s for name in args.study for s in chosen[name]))
+        settings = list(dict.fromkeys(s for name in args.study for s in chosen[name]
+                                      if args.loss is None or s.loss in args.loss))
         folds_root = write_folds(args.data, args.work / "folds", args.dataset)
         run_all(settings, args.dataset, args.folds, args.seeds, args.epochs, args.cache,
                 folds_root, args.work)

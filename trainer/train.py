@@ -119,7 +119,15 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
         summaries.close()
 
     built.eval_model.set_weights(best_weights)
-    results = {
+    results = _results(run_dir, state, config, policy, dist, built, splits, started)
+    return _finish(results, config, built, splits, dist, say)
+
+
+def _results(run_dir: Path, state: checkpoint.RunState, config: Config, policy: str,
+             dist: distribute.Distribution, built: Built, splits: data.Splits,
+             started: float, **extra: Any) -> dict[str, Any]:
+    """Returns results.json's content: the run's state and its best model's metrics."""
+    return {
         "run_dir": str(run_dir),
         "epochs_run": state.epoch,
         "stopped_early": state.stopped_early,
@@ -129,12 +137,12 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
         "strategy": config.runtime.strategy,
         "num_replicas": dist.num_replicas,
         "history": state.history,
-        "validation": _evaluate(built, vali),
+        **extra,
+        "validation": _evaluate(built, data.eval_dataset(splits.vali, splits)),
         "test": (_evaluate(built, data.eval_dataset(splits.test, splits))
                  if splits.test else None),
+        "wall_seconds": time.perf_counter() - started,
     }
-    results["wall_seconds"] = time.perf_counter() - started
-    return _finish(results, config, built, splits, dist, say)
 
 
 def _finish(results: dict[str, Any], config: Config, built: Built, splits: data.Splits,
@@ -227,22 +235,8 @@ def _train_adarank(config: Config, fresh: bool, say: Printer,
     checkpoint.save(run_dir, checkpoint.Checkpoint(state=state, model=[], optimizer=[],
                                                    best=best_weights))
     built.eval_model.set_weights(best_weights)
-    results = {
-        "run_dir": str(run_dir),
-        "epochs_run": state.epoch,
-        "stopped_early": state.stopped_early,
-        "best_epoch": state.best_epoch,
-        "select_metric": select,
-        "precision_policy": policy,
-        "strategy": config.runtime.strategy,
-        "num_replicas": dist.num_replicas,
-        "history": state.history,
-        "feature_weights": best_weights[0][:, 0].tolist(),
-        "validation": _evaluate(built, data.eval_dataset(splits.vali, splits)),
-        "test": (_evaluate(built, data.eval_dataset(splits.test, splits))
-                 if splits.test else None),
-        "wall_seconds": time.perf_counter() - started,
-    }
+    results = _results(run_dir, state, config, policy, dist, built, splits, started,
+                       feature_weights=best_weights[0][:, 0].tolist())
     return _finish(results, config, built, splits, dist, say)
 
 

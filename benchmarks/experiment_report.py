@@ -32,7 +32,7 @@ class Selected:
         self.by_fold_seed = {}
         for fold in folds:
             for seed in seeds:
-                points = [run for run in ex.runs_of(setting, dataset, [fold], [seed], epochs)]
+                points = ex.runs_of(setting, dataset, [fold], [seed], epochs)
                 found = [json.loads(p.read_text()) for p in
                          (run.cache_path(cache) for run in points) if p.exists()]
                 if len(found) == len(points):  # every grid point, or the choice is not made

@@ -79,11 +79,9 @@ def per_query_metrics(labels: list[np.ndarray], scores: list[np.ndarray]) -> dic
     from tfapprox import metrics
 
     y, s = padded(labels, -1.0), padded(scores, 0.0)
-    values, relevant = {}, None
-    for name in METRICS:
-        per_list, counted = metrics.get(name).per_list(y, s)
-        values[name] = np.round(np.asarray(per_list, np.float64), 6).tolist()
-        relevant = np.asarray(counted).tolist()
+    values = {name: np.round(np.asarray(metrics.get(name).per_list(y, s)[0], np.float64),
+                             6).tolist() for name in METRICS}
+    relevant = np.asarray(metrics.get("map").per_list(y, s)[1]).tolist()  # a label >= 1
     return {"values": values, "relevant": relevant}
 
 

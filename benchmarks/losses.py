@@ -10,7 +10,10 @@ timed the same way by `benchmarks/tfranking_losses.py --serve` in the side venv 
 `.ci/tfranking-venv` prints (built on first use). Our timed rounds alternate with TF-Ranking's,
 one at a time so the two never share the CPU but both see the same load from the rest of the
 machine, and each figure is the fastest of 10 rounds. The last column is ours / TF-Ranking for
-the TF-Ranking loss that computes the same per-list values.
+the TF-Ranking loss that computes the same per-list values. For the pairwise losses the table
+adds the share of this machine's limit: pairs/s (lists/s × list size²) over the sigmoid pairs/s
+that `benchmarks/limits.py` measures in the same run (a fused forward pass that evaluates each
+pair's σ once, so a forward+backward pass at 100 % would be as cheap as that forward alone).
 """
 
 import argparse
@@ -26,6 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from tfapprox import losses  # noqa: E402
+from limits import pairs_per_second  # noqa: E402
 from tfranking_losses import ROUNDS, SIZES, GradientTimer, make_inputs  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -35,6 +39,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 COUNTERPARTS = {"ApproxNDCGLoss": "ApproxNDCGLoss", "RankNetLoss": "PairwiseLogisticLoss",
                 "ListMLELoss": "ListMLELoss"}
 PARAMS = {"approx_precision": {"k": 10}}
+NOT_PAIRWISE = ("listmle", "weighted_listmle")  # O(L log L): no share of the pair limit
 
 
 class TFRankingServer:
@@ -90,17 +95,21 @@ def measure(round_seconds, jit_compile, server, names):
     return rows
 
 
-def table(rows):
-    """Returns the markdown table of `measure`'s rows."""
+def table(rows, pair_limit):
+    """Returns the markdown table of `measure`'s rows; `pair_limit` is the sigmoid pairs/s."""
+    pairwise = {losses.LOSSES[name].__name__ for name in losses.LOSSES
+                if name not in NOT_PAIRWISE}
     lines = ["| loss | list size | batch | tfapprox lists/s | TF-Ranking loss | "
-             "TF-Ranking lists/s | ours / TF-Ranking |",
-             "|---|---:|---:|---:|---|---:|---:|"]
+             "TF-Ranking lists/s | ours / TF-Ranking | share of pair limit |",
+             "|---|---:|---:|---:|---|---:|---:|---:|"]
     for name, list_size, ours, counterpart, theirs in rows:
         line = f"| {name} | {list_size} | {dict(SIZES)[list_size]} | {ours:,.0f} |"
         if theirs is None:
             line += " | | |"
         else:
             line += f" {counterpart} | {theirs:,.0f} | {ours / theirs:.2f}× |"
+        share = ours * list_size ** 2 / pair_limit if name in pairwise else None
+        line += f" {share:.0%} |" if share is not None else " |"
         lines.append(line)
     return "\n".join(lines)
 
@@ -117,6 +126,7 @@ def main():
     args = parser.parse_args()
     server = None if args.no_tfranking else TFRankingServer(args.round_seconds, args.jit)
     rows = measure(args.round_seconds, args.jit, server, args.loss)
+    pair_limit = pairs_per_second("sigmoid", args.round_seconds)
     against = ""
     if server:
         server.close()
@@ -124,8 +134,9 @@ def main():
                    f"{server.versions['tensorflow']}")
     compiled = "XLA" if args.jit else "tf.function"
     print(f"Forward+backward lists/s ({compiled}, float32, CPU, {os.cpu_count()} cores, fastest "
-          f"of {ROUNDS} rounds): tfapprox on TensorFlow {tf.__version__}{against}.\n")
-    print(table(rows))
+          f"of {ROUNDS} rounds): tfapprox on TensorFlow {tf.__version__}{against}. Pair "
+          f"limit (benchmarks/limits.py, same run): {pair_limit / 1e9:.2f} G sigmoid pairs/s.\n")
+    print(table(rows, pair_limit))
 
 
 if __name__ == "__main__":

@@ -115,6 +115,28 @@ def test_pair_sums_in_blocks_equal_dense_values_and_gradients(name, mode, rng, m
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("spread", [1.0, 30.0, 1e4])
+def test_dense_logistic_pair_sums_match_float64(spread, mode, rng):
+    """The dense RankNet sums (under XLA: one exp and one log per pair) against float64, with
+    pairs from tiny to saturated margins."""
+    labels = rng.integers(0, 3, size=(2, 9)).astype(np.float32)
+    mask = rng.random((2, 9)) > 0.2
+    scores = (rng.normal(size=(2, 9)) * spread).astype(np.float32)
+    value, grad = loss_and_grad(
+        lambda y, s: rank_ops.logistic_pair_sums(s, labels, mask, "dense") * np.arange(1, 10),
+        None, scores, mode)
+    s, expected, expected_grad = scores.astype(np.float64), 0.0, np.zeros((2, 9))
+    for b, k, j in np.ndindex(2, 9, 9):
+        if mask[b, k] and mask[b, j] and labels[b, k] > labels[b, j]:
+            d = s[b, j] - s[b, k]
+            expected += (k + 1) * np.logaddexp(0.0, d)
+            expected_grad[b, j] += (k + 1) / (1.0 + np.exp(-d))
+            expected_grad[b, k] -= (k + 1) / (1.0 + np.exp(-d))
+    assert value == pytest.approx(expected, rel=1e-6)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("spread", [3.0, 1e4], ids=["cumsum_path", "scan_path"])
 def test_suffix_logsumexp_is_exact_on_both_paths(spread, mode, rng):
     """Small score gaps take the O(L) cumulative sum, huge ones the scan; both equal float64."""

@@ -135,38 +135,49 @@ def _one_step_at_a_time(num_steps, body, initial):
                          (0, initial), parallel_iterations=1)[1]
 
 
-def _pair_sums(row_sums, row_sum_gradients, values, constants, fills, pairwise):
+def _pair_sums(row_sums, row_sum_gradients, dense_sums, values, constants, fills, pairwise):
     """Returns R_k = Σ_j f(values, constants; k, j), `[B, L]`, differentiable in `values`.
 
-    `row_sums(*rows, *columns)` gives the row sums over the given columns and
-    `row_sum_gradients(*rows, upstream, *columns, column_upstream)` the part of
-    Σ_k upstream_k·∂R_k/∂values those columns contribute, both from `[B, L]` rows and `[B, J]`
-    columns of (values, *constants). Dense, the columns are the whole list and autodiff gives
-    the gradient; blocked, both are summed over column blocks (padded with `fills`, then 0 for
-    the upstream) and the backward pass recomputes each block. `constants` get no gradient.
+    Dense, `dense_sums(values, *constants)` gives the row sums over the whole list and a function
+    of the upstream gradient that returns Σ_k upstream_k·∂R_k/∂values, from what the forward
+    pass kept (each pair's function evaluated once). Blocked, `row_sums(*rows, *columns)` gives
+    the row sums over the given columns and `row_sum_gradients(*rows, upstream, *columns,
+    column_upstream)` the part of that gradient those columns contribute, both from `[B, L]`
+    rows and `[B, J]` columns of (values, *constants); both are summed over column blocks
+    (padded with `fills`, then 0 for the upstream) and the backward pass recomputes each block.
+    `constants` get no gradient.
     """
     constants = [ops.stop_gradient(constant) for constant in constants]
 
-    def dense():
-        return row_sums(values, *constants, values, *constants)
-
-    def blocked():
+    def with_gradient(forward_and_gradient):
         @ops.custom_gradient
-        def sums(*rows):  # the constants are inputs too: captured, they break inside ops.cond
+        def sums(*inputs):  # the constants are inputs too: captured, they break inside ops.cond
+            total, values_gradient = forward_and_gradient(*inputs)
+
             def gradient(*args, upstream=None):
                 upstream = args[0] if upstream is None else upstream
-                values_gradient = _sum_over_column_blocks(
-                    lambda columns: row_sum_gradients(*rows, upstream, *columns),
-                    (*rows, upstream), (*fills, 0.0))
-                return (values_gradient, *[ops.zeros_like(constant) for constant in constants])
+                return (values_gradient(upstream),
+                        *[ops.zeros_like(constant) for constant in inputs[1:]])
 
-            total = _sum_over_column_blocks(lambda columns: row_sums(*rows, *columns), rows,
-                                            fills)
             return total, gradient
 
         return sums(values, *constants)
 
-    return _dense_or_blocked(pairwise, values, dense, blocked)
+    def blocked_sums(*rows):
+        total = _sum_over_column_blocks(lambda columns: row_sums(*rows, *columns), rows, fills)
+
+        def gradient(upstream):
+            # ties upstream's `None` dimensions to the rows': XLA cannot slice it otherwise when
+            # it comes from another pair sum's matmul (ApproxAP's truncation)
+            upstream = ops.reshape(upstream, ops.shape(rows[0]))
+            return _sum_over_column_blocks(
+                lambda columns: row_sum_gradients(*rows, upstream, *columns),
+                (*rows, upstream), (*fills, 0.0))
+
+        return total, gradient
+
+    return _dense_or_blocked(pairwise, values, lambda: with_gradient(dense_sums),
+                             lambda: with_gradient(blocked_sums))
 
 
 def _differences(values, column_values):
@@ -196,6 +207,19 @@ def _sigmoid_sums(values, weights, column_values, column_weights):
     return ops.sum(ops.sigmoid(_differences(values, column_values)), axis=-1)
 
 
+def _dense_sigmoid_sums(values, weights):
+    """Σ_j w_j σ(v_j − v_k) over the whole list and its gradient, each σ evaluated once:
+    ∂/∂v_k = w_k·Σ_j σ'_kj g_j − g_k·Σ_j σ'_kj w_j, with σ' = σ(1 − σ) symmetric in (k, j)."""
+    sigmoid = ops.sigmoid(_differences(values, values))
+
+    def gradient(upstream):
+        slope = sigmoid * (1.0 - sigmoid)
+        both = ops.matmul(slope, ops.stack([upstream, weights], axis=-1))
+        return weights * both[..., 0] - upstream * both[..., 1]
+
+    return ops.sum(sigmoid * ops.expand_dims(weights, 1), axis=-1), gradient
+
+
 def sigmoid_pair_sums(values, weights=None, pairwise="auto"):
     """Returns S_k = Σ_j w_j σ(v_j − v_k) over every j of the list (j = k adds w_k/2), `[B, L]`.
 
@@ -205,8 +229,8 @@ def sigmoid_pair_sums(values, weights=None, pairwise="auto"):
     """
     row_sums = _sigmoid_sums if weights is None else _weighted_sigmoid_sums
     weights = ops.ones_like(values) if weights is None else weights
-    return _pair_sums(row_sums, _weighted_sigmoid_sum_gradients, values, (weights,),
-                      (float("-inf"), 0.0), pairwise)
+    return _pair_sums(row_sums, _weighted_sigmoid_sum_gradients, _dense_sigmoid_sums, values,
+                      (weights,), (float("-inf"), 0.0), pairwise)
 
 
 def approx_ranks(scores, mask, alpha, pairwise="auto"):
@@ -250,6 +274,56 @@ def _logistic_sum_gradients(scores, ranked, upstream, column_scores, column_rank
     return ops.sum(k_is_lower, axis=-1) - upstream * ops.sum(k_is_upper, axis=-1)
 
 
+def _log1p(x):
+    """ln(1 + x) for x ≥ 0, accurate to a few ulps with one `log` (Goldberg 1991, Thm. 4);
+    `ops.log1p` costs about twice as much under XLA on CPU."""
+    one_plus = 1.0 + x
+    return ops.where(ops.equal(one_plus, 1.0), x,
+                     ops.log(one_plus) * (x / ops.where(ops.equal(one_plus, 1.0), 1.0,
+                                                         one_plus - 1.0)))
+
+
+def _dense_logistic_sums(scores, ranked):
+    """`_logistic_sums` over the whole list and its gradient, each pair's σ evaluated once.
+
+    With U_kj = 1{l_k > l_j}·σ(s_j − s_k), ∂/∂s_k = (Uᵀg)_k − g_k·Σ_j U_kj. Compiled by XLA
+    (JAX; TensorFlow with jit_compile), where the elementwise work fuses and transcendental
+    functions are the cost, d = s_j − s_k and e = e^{−|d|} give both ln(1 + e^d) =
+    max(d, 0) + ln(1 + e) and σ(d) = (1 or e)/(1 + e): one exp and one log per pair. Otherwise
+    each op is a pass over the [B, L, L] pairs, and softplus and sigmoid are one kernel each.
+    """
+    difference = _differences(scores, scores)
+    pairs = ops.greater(ops.expand_dims(ranked, 2), ops.expand_dims(ranked, 1))
+    if _compiled_by_xla():
+        small = ops.exp(-ops.abs(difference))
+        softplus = ops.maximum(difference, 0.0) + _log1p(small)
+        sigmoid = ops.where(difference >= 0.0, 1.0, small) / (1.0 + small)
+    else:
+        softplus, sigmoid = ops.softplus(difference), ops.sigmoid(difference)
+    upper = ops.where(pairs, sigmoid, 0.0)
+
+    def gradient(upstream):
+        as_lower = ops.squeeze(ops.matmul(ops.expand_dims(upstream, 1), upper), axis=1)
+        return as_lower - upstream * ops.sum(upper, axis=-1)
+
+    return ops.sum(ops.where(pairs, softplus, 0.0), axis=-1), gradient
+
+
+def _compiled_by_xla():
+    """Whether the code being traced is compiled by XLA: always on JAX; on TensorFlow inside a
+    `tf.function(jit_compile=True)` (a TensorFlow-internal check, False if it is unavailable)."""
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        return backend == "jax"
+    try:
+        from tensorflow.python.framework import ops as tf_ops
+        from tensorflow.python.ops import control_flow_util
+
+        return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
+    except (ImportError, AttributeError):
+        return False
+
+
 def logistic_pair_sums(scores, labels, mask, pairwise="auto"):
     """Returns Σ_{j real: l_j < l_k} ln(1 + e^{−(s_k − s_j)}) for each real document k, `[B, L]`
     (0 on padded ones): the RankNet loss of the pairs in which k is the upper document.
@@ -258,8 +332,8 @@ def logistic_pair_sums(scores, labels, mask, pairwise="auto"):
     A padded document's label is NaN inside, so it is in no pair (no comparison with NaN holds).
     """
     ranked = ops.where(mask, labels, float("nan"))
-    return _pair_sums(_logistic_sums, _logistic_sum_gradients, scores, (ranked,),
-                      (0.0, float("nan")), pairwise)
+    return _pair_sums(_logistic_sums, _logistic_sum_gradients, _dense_logistic_sums, scores,
+                      (ranked,), (0.0, float("nan")), pairwise)
 
 
 def exact_ranks(scores, mask):

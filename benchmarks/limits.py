@@ -2,8 +2,9 @@
 
     python benchmarks/limits.py [--round-seconds 0.3]
 
-* matmul FLOP/s, float32 and bfloat16: a 2048 × 2048 by 2048 × 2048 product (2·2048³ FLOP) under
-  XLA — the ceiling of a scorer's dense layers (`benchmarks/train.py`);
+* matmul FLOP/s, float32 and bfloat16: a 2048 × 2048 by 2048 × 2048 product (2·2048³ FLOP), the
+  faster of a `tf.function` (oneDNN kernels) and XLA — the ceiling of a scorer's dense layers
+  (`benchmarks/train.py`);
 * sigmoid pairs/s: Σ_j σ(v_j − v_k) for every k of 8 lists of 1,000 (8M pairs) under XLA, forward
   only, fused (no [B, L, L] tensor is written) — the ceiling of a pairwise loss that evaluates
   every pair's σ once (`benchmarks/losses.py`); `exp` pairs/s beside it.
@@ -39,12 +40,15 @@ def fastest_seconds(call, round_seconds):
     return best
 
 
-def matmul_flops(dtype="float32", round_seconds=0.3):
-    """Returns the FLOP/s of a square matmul of `MATMUL_SIZE` in `dtype`, under XLA."""
+def matmul_flops(dtype="float32", round_seconds=0.3, jit_compile=None):
+    """Returns the FLOP/s of a square matmul of `MATMUL_SIZE` in `dtype`: with or without XLA,
+    or (None) the faster of the two."""
+    if jit_compile is None:
+        return max(matmul_flops(dtype, round_seconds, jit) for jit in (False, True))
     rng = np.random.default_rng(0)
     a, b = (tf.cast(rng.normal(size=(MATMUL_SIZE, MATMUL_SIZE)), dtype) for _ in range(2))
     product = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1], "float32")),
-                          jit_compile=True)
+                          jit_compile=jit_compile)
     seconds = fastest_seconds(lambda: product(a, b).numpy(), round_seconds)
     return 2.0 * MATMUL_SIZE ** 3 / seconds
 
@@ -66,8 +70,9 @@ def main():
     args = parser.parse_args()
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} cores, fastest of {ROUNDS} rounds")
     for dtype in ("float32", "bfloat16"):
-        print(f"matmul {MATMUL_SIZE}³ {dtype}: "
-              f"{matmul_flops(dtype, args.round_seconds) / 1e9:,.0f} GFLOP/s")
+        for jit_compile, how in ((False, "tf.function"), (True, "XLA")):
+            flops = matmul_flops(dtype, args.round_seconds, jit_compile)
+            print(f"matmul {MATMUL_SIZE}³ {dtype}, {how}: {flops / 1e9:,.0f} GFLOP/s")
     for function in ("sigmoid", "exp"):
         print(f"Σ {function}(v_j − v_k), {PAIR_BATCH} × {PAIR_LIST}²: "
               f"{pairs_per_second(function, args.round_seconds) / 1e9:.2f} G pairs/s")

@@ -2,6 +2,7 @@
 
     python benchmarks/train.py                        # B1024, list sizes 100 and 1000, batch 32
     python benchmarks/train.py --list-sizes 100 --steps 50 --preset B256 --jit
+    python benchmarks/train.py --mixed-precision       # bfloat16 compute on CPU (float16 on GPU)
 
 Data: MSLR-WEB30K-shaped lists generated here and written as ELWC TFRecord shards: 136 features,
 graded labels 0-4 with MSLR's label shares, list lengths log-normal around 100 (mean ~120, as in
@@ -16,7 +17,11 @@ For each list size the script times `--steps` training steps after `--warmup` st
 
 Reported per list size: mean step time of both runs, valid documents per second and list slots
 (documents + padding) per second of the pipeline run, and the input-wait share = time in `next()` /
-pipeline wall time. Figures depend on the machine; on a CPU-only host the tf.data threads compete
+pipeline wall time. The scorer's dense layers cost 6 FLOP per weight per document forward+backward
+(≈ 5.0 MFLOP for B1024 on 136 features), padded slots included (the scorer computes them too), so
+the in-memory step is also given as a share of this
+machine's matmul FLOP/s in the compute dtype (`benchmarks/limits.py`, measured in the same run).
+Figures depend on the machine; on a CPU-only host the tf.data threads compete
 with the training step for the same cores, which inflates the input wait.
 """
 
@@ -76,6 +81,11 @@ def _model(preset, jit):
     return model
 
 
+def flop_per_document(model):
+    """Returns 6 × the dense weights of the scorer: FLOP per document, forward+backward."""
+    return 6 * sum(int(np.prod(w.shape)) for w in model.trainable_weights if len(w.shape) == 2)
+
+
 def bench_list_size(data_dir, list_size, batch_size, steps, warmup, preset, jit):
     """Returns the figures of one list size (see the module docstring)."""
     data = dataset.ranking_dataset(
@@ -105,11 +115,13 @@ def bench_list_size(data_dir, list_size, batch_size, steps, warmup, preset, jit)
             in_memory.append(time.perf_counter() - start)
 
     wall = sum(totals)
+    step_in_memory = statistics.mean(in_memory)
     return {
+        "flops_in_memory": flop_per_document(model) * batch_size * list_size / step_in_memory,
         "list_size": list_size,
         "batch_size": batch_size,
         "step_ms": 1e3 * statistics.mean(totals),
-        "step_ms_in_memory": 1e3 * statistics.mean(in_memory),
+        "step_ms_in_memory": 1e3 * step_in_memory,
         "docs_per_s": valid_docs / wall,
         "slots_per_s": steps * batch_size * list_size / wall,
         "fill": valid_docs / (steps * batch_size * list_size),
@@ -117,17 +129,18 @@ def bench_list_size(data_dir, list_size, batch_size, steps, warmup, preset, jit)
     }
 
 
-def _table(rows):
+def _table(rows, matmul_limit):
     header = (
         "| list size | lists/batch | step ms | step ms (in memory) | valid docs/s | slots/s "
-        "| valid share | input wait |"
+        "| valid share | input wait | in-memory GFLOP/s | share of matmul limit |"
     )
-    lines = [header, "|---:" * 8 + "|"]
+    lines = [header, "|---:" * 10 + "|"]
     for r in rows:
         lines.append(
             f"| {r['list_size']} | {r['batch_size']} | {r['step_ms']:.1f} | "
             f"{r['step_ms_in_memory']:.1f} | {r['docs_per_s']:,.0f} | {r['slots_per_s']:,.0f} | "
-            f"{r['fill']:.0%} | {r['input_wait']:.1%} |"
+            f"{r['fill']:.0%} | {r['input_wait']:.1%} | {r['flops_in_memory'] / 1e9:.0f} | "
+            f"{r['flops_in_memory'] / matmul_limit:.0%} |"
         )
     return "\n".join(lines)
 
@@ -142,9 +155,19 @@ def main(argv=None):
     parser.add_argument("--lists", type=int, default=1024, help="generated lists")
     parser.add_argument("--data-dir", help="reuse/keep generated shards here (default: a temp dir)")
     parser.add_argument("--jit", action="store_true", help="XLA-compile the train step")
+    parser.add_argument("--mixed-precision", action="store_true",
+                        help="mixed_bfloat16 policy on CPU (mixed_float16 on GPU)")
     args = parser.parse_args(argv)
 
     import tensorflow as tf
+
+    from limits import matmul_flops
+
+    gpus = tf.config.list_physical_devices("GPU")
+    compute_dtype = "float32"
+    if args.mixed_precision:
+        compute_dtype = "float16" if gpus else "bfloat16"
+        keras.mixed_precision.set_dtype_policy(f"mixed_{compute_dtype}")
 
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = args.data_dir or tmp
@@ -160,14 +183,16 @@ def main(argv=None):
             )
             for size in args.list_sizes
         ]
-    gpus = tf.config.list_physical_devices("GPU")
+    matmul_limit = matmul_flops(compute_dtype)
     print(
         f"\n{args.preset} + ApproxNDCG (Adagrad), backend {keras.backend.backend()}, "
         f"TF {tf.__version__}, {'GPU: ' + str(len(gpus)) if gpus else 'CPU only'}, "
         f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
-        f"jit={args.jit}, {args.steps} timed steps after {args.warmup} warm-up\n"
+        f"jit={args.jit}, compute {compute_dtype}, {args.steps} timed steps after "
+        f"{args.warmup} warm-up; matmul limit ({compute_dtype}, benchmarks/limits.py): "
+        f"{matmul_limit / 1e9:,.0f} GFLOP/s\n"
     )
-    print(_table(rows))
+    print(_table(rows, matmul_limit))
 
 
 if __name__ == "__main__":

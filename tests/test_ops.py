@@ -61,6 +61,21 @@ def test_ideal_positions_and_label_consistent_permutation():
         to_numpy(rank_ops.plackett_luce_order(labels, mask, keys)), [[1, 2, 0, 3]])
 
 
+@pytest.mark.parametrize("label_step", [1.0, 0.25])  # integer labels: one argsort; else two
+def test_label_consistent_permutation_is_a_lexicographic_sort(label_step):
+    rng = np.random.default_rng(7)
+    labels = (rng.integers(0, 4, size=(16, 12)) * label_step).astype(np.float32)
+    mask = np.arange(12) < rng.integers(1, 13, size=(16, 1))
+    keys = to_numpy(rank_ops.tie_breaking_keys(rng.normal(size=(16, 12)).astype(np.float32),
+                                               mask, seed=3))
+    keys[:, ::3] = keys[:, 1::3]  # equal keys too: those stay in list order
+    order = to_numpy(rank_ops.plackett_luce_order(labels, mask, keys))
+    for b in range(16):
+        real = np.flatnonzero(mask[b])
+        expected = real[np.lexsort((real, -keys[b, real], -labels[b, real]))]
+        np.testing.assert_array_equal(order[b, :real.size], expected)
+
+
 def test_standardize_masks_padding_and_squeezes_scores():
     labels, mask, scores = rank_ops.standardize(
         {"labels": np.array([[1.0, 0.0, 2.0]]), "mask": np.array([[True, True, False]])},

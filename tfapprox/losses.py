@@ -361,8 +361,11 @@ class ListMLELoss(RankingLoss):
     def per_list(self, labels, mask, scores):
         keys = rank_ops.tie_breaking_keys(scores, mask, self.seed)
         order = rank_ops.plackett_luce_order(labels, mask, keys)
-        placed_labels, placed_mask, placed_scores = (
-            ops.take_along_axis(x, order, axis=-1) for x in (labels, mask, scores))
+        placed_labels, placed_scores = (
+            ops.take_along_axis(x, order, axis=-1) for x in (labels, scores))
+        # y puts the real documents first, so position p is real when p < their count.
+        placed_mask = (ops.expand_dims(ops.arange(ops.shape(labels)[1]), 0)
+                       < ops.expand_dims(ops.sum(ops.cast(mask, "int32"), axis=-1), 1))
         terms = rank_ops.suffix_logsumexp_minus_self(placed_scores, placed_mask)
         positions = ops.cumsum(ops.ones_like(placed_scores), axis=-1)  # s = 1, 2, ..., L
         weights, normaliser = self.position_weights(placed_labels, positions)

@@ -420,8 +420,15 @@ def count_per_list(indicator):
     return ops.sum(ops.cast(indicator, COMPUTE_DTYPE), axis=-1)
 
 
+# Tie-breaking keys are multiples of 1/KEY_LEVELS in [0, 1), so an integer label below
+# LARGEST_EXACT_LABEL plus its key is exact in float32 (13 + 10 bits < 24).
+KEY_LEVELS = 1024.0
+LARGEST_EXACT_LABEL = 2.0 ** 13
+
+
 def tie_breaking_keys(scores, mask, seed):
-    """Returns pseudo-random keys in [0, 1) per document, to order documents with equal labels.
+    """Returns pseudo-random keys in [0, 1), multiples of 1/`KEY_LEVELS`, to order documents with
+    equal labels.
 
     A stateless hash of (seed, index among the real documents, score), so it works under jit on
     every backend, ignores padding, differs from step to step as the scores move, and is
@@ -430,20 +437,33 @@ def tie_breaking_keys(scores, mask, seed):
     index = ops.cumsum(ops.cast(mask, COMPUTE_DTYPE), axis=-1)
     noise = ops.sin(ops.stop_gradient(scores) * 12.9898 + index * 78.233 + float(seed) * 0.618)
     noise = noise * 43758.5453
-    return noise - ops.floor(noise)
+    return ops.floor((noise - ops.floor(noise)) * KEY_LEVELS) / KEY_LEVELS
 
 
 def plackett_luce_order(labels, mask, keys):
     """Returns the indices that sort each list into the label-consistent permutation y.
 
-    Labels descending; documents with equal labels by descending `keys`; remaining exact ties in
-    list order; padded slots after every real document. Two stable argsorts (TensorFlow's goes
-    through top_k, which keeps equal entries in order; jnp.argsort is stable): O(L log L).
+    Labels descending; documents with equal labels by descending `keys` (in [0, 1), multiples of
+    1/`KEY_LEVELS`); remaining exact ties in list order; padded slots after every real document.
+    Integer labels (|label| < `LARGEST_EXACT_LABEL`, graded relevance) take one argsort of
+    label + key, which orders the same way exactly; other labels take two stable argsorts, by key
+    and then by label (chosen at run time with `ops.cond`). TensorFlow's argsort goes through
+    top_k, which keeps equal entries in order; jnp.argsort is stable. O(L log L).
     """
-    by_key = ops.argsort(-keys, axis=-1)
     sort_labels = ops.where(mask, labels, float("-inf"))
-    labels_by_key = ops.take_along_axis(sort_labels, by_key, axis=-1)
-    return ops.take_along_axis(by_key, ops.argsort(-labels_by_key, axis=-1), axis=-1)
+
+    def by_label_plus_key():
+        return ops.argsort(-(sort_labels + keys), axis=-1)
+
+    def by_key_then_label():
+        by_key = ops.argsort(-keys, axis=-1)
+        labels_by_key = ops.take_along_axis(sort_labels, by_key, axis=-1)
+        return ops.take_along_axis(by_key, ops.argsort(-labels_by_key, axis=-1), axis=-1)
+
+    small_integers = ops.logical_and(ops.equal(labels, ops.floor(labels)),
+                                     ops.abs(labels) < LARGEST_EXACT_LABEL)
+    return ops.cond(ops.all(ops.logical_or(small_integers, ops.logical_not(mask))),
+                    by_label_plus_key, by_key_then_label)
 
 
 def _add_next_block(width, high, total):

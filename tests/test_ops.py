@@ -16,6 +16,20 @@ def test_exact_ranks_sort_descending_and_keep_list_order_on_ties():
                                   [[4, 1, 3, 2]])
 
 
+def test_exact_ranks_are_the_pairwise_count_with_ties_padding_and_infinities():
+    rng = np.random.default_rng(5)
+    scores = rng.integers(-3, 3, size=(32, 9)).astype(np.float32)  # many ties
+    scores[rng.random(scores.shape) < 0.1] = -np.inf
+    mask = rng.random(scores.shape) < 0.8  # padding anywhere in the list
+    ranks = to_numpy(rank_ops.exact_ranks(scores, mask))
+    for b in range(32):
+        for x in np.flatnonzero(mask[b]):
+            above = [y for y in np.flatnonzero(mask[b])
+                     if scores[b, y] > scores[b, x] or (scores[b, y] == scores[b, x] and y < x)]
+            assert ranks[b, x] == 1 + len(above)
+        np.testing.assert_array_equal(np.sort(ranks[b]), np.arange(1, 10))  # a permutation
+
+
 def test_approx_ranks_ignore_padding_and_approach_exact_ranks():
     scores = np.array([[3.0, 1.0, 2.0, 100.0]], np.float32)
     mask = np.array([[True, True, True, False]])

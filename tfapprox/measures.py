@@ -45,15 +45,17 @@ class Positions:
         """Returns Σ_{x≠y} r(x)·1{π(x) < π(y)} for each y, or Σ_{x≠y} r(x)·σ(β(π̂(y) − π̂(x))).
 
         Smooth, it is `sigmoid_pair_sums` of −βπ̂ weighted by r, less its x = y term r(y)·σ(0):
-        summed in blocks for long lists. Exact, the `[B, L, L]` indicator is built (x = y is
-        never before itself; padded x have r(x) = 0).
+        summed in blocks for long lists. Exact, the positions are a permutation of 1..L
+        (`tfapprox.ops.exact_ranks`), so it is the running count of relevant documents in rank
+        order, before y's own place: O(L log L) (padded x have r(x) = 0).
         """
         if self.beta is not None:
             return (rank_ops.sigmoid_pair_sums(-self.beta * self.ranks, relevance, self.pairwise)
                     - 0.5 * relevance)
-        before = ops.less(ops.expand_dims(self.ranks, 1), ops.expand_dims(self.ranks, 2))
-        return ops.sum(ops.cast(before, rank_ops.COMPUTE_DTYPE) * ops.expand_dims(relevance, 1),
-                       axis=-1)  # [b, y, x]: π(x) < π(y)
+        place = ops.cast(self.ranks, "int32") - 1
+        by_rank = ops.take_along_axis(relevance, ops.argsort(place, axis=-1), axis=-1)
+        before = ops.cumsum(by_rank, axis=-1) - by_rank
+        return ops.take_along_axis(before, place, axis=-1)
 
 
 def ndcg(labels, positions, k=None):

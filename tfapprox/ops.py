@@ -336,21 +336,22 @@ def logistic_pair_sums(scores, labels, mask, pairwise="auto"):
                       (ranked,), (0.0, float("nan")), pairwise)
 
 
+LOWEST_FLOAT32 = -3.4028234663852886e38
+
+
 def exact_ranks(scores, mask):
     """Returns 1-based positions π(x) after sorting by descending score; ties keep list order.
 
-    π(x) = 1 + #{real y: s_y > s_x} + #{real y before x in the list: s_y = s_x}. Padded slots get
-    positions too, but no measure reads them.
+    π(x) = 1 + #{real y: s_y > s_x} + #{real y before x in the list: s_y = s_x}, from one stable
+    argsort (TensorFlow's goes through top_k, which keeps equal entries in order; jnp.argsort is
+    stable) inverted by a second: O(L log L) time and O(L) memory, so whole lists of any length
+    are measured. Padded slots take the positions after every real document (a real score of −inf
+    counts as the lowest finite float, so it still ranks before them); no measure reads them.
+    The positions are a permutation of 1..L.
     """
-    list_size = ops.shape(scores)[1]
-    index = ops.arange(list_size)
-    earlier = ops.expand_dims(index, 0) < ops.expand_dims(index, 1)  # [x, y]: y is before x
-    s_x, s_y = ops.expand_dims(scores, 2), ops.expand_dims(scores, 1)
-    above = ops.logical_or(
-        ops.greater(s_y, s_x),
-        ops.logical_and(ops.equal(s_y, s_x), ops.expand_dims(earlier, 0)))
-    above = ops.logical_and(above, ops.expand_dims(mask, 1))
-    return 1.0 + ops.sum(ops.cast(above, COMPUTE_DTYPE), axis=-1)
+    keys = ops.where(mask, ops.maximum(scores, LOWEST_FLOAT32), float("-inf"))
+    order = ops.argsort(-keys, axis=-1)
+    return ops.cast(ops.argsort(order, axis=-1) + 1, COMPUTE_DTYPE)
 
 
 # Gains are exact up to 2^MAX_EXACT_GAIN_EXPONENT; above it a list's gains are scaled down.

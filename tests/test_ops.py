@@ -124,6 +124,8 @@ PAIR_SUMS = {  # pairwise -> a loss_fn(labels, scores) on each blocked sum, with
         rank_ops.sigmoid_pair_sums(2.0 * s, weights, pairwise) * (1.0 + s)),
     "logistic_pair_sums": lambda mask, labels, weights, pairwise: lambda y, s: (
         rank_ops.logistic_pair_sums(s, labels, mask, pairwise) * weights),
+    "ideal_positions": lambda mask, labels, weights, pairwise: lambda y, s: (
+        rank_ops.ideal_positions(labels, mask, pairwise) * s * mask),
 }
 
 

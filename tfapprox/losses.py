@@ -291,7 +291,8 @@ class WeightedRankNetLoss(RankNetLoss):
         self.topk = _check_cutoff("topk", topk)
 
     def pair_weights(self, labels, mask):
-        return _chen_weights(labels, rank_ops.ideal_positions(labels, mask), self.topk)
+        return _chen_weights(labels, rank_ops.ideal_positions(labels, mask, self.pairwise),
+                             self.topk)
 
     def get_config(self):
         return {**super().get_config(), "topk": self.topk}

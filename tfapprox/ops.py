@@ -390,11 +390,22 @@ def smooth_top_k_cutoff(ranks, k, beta):
     return ops.sigmoid(beta * (float(k) + 0.5 - ranks))
 
 
-def ideal_positions(labels, mask):
-    """Returns each document's best attainable position: 1 + #{real y: label_y > label_x}."""
-    higher = ops.greater(ops.expand_dims(labels, 1), ops.expand_dims(labels, 2))
-    higher = ops.logical_and(higher, ops.expand_dims(mask, 1))
-    return 1.0 + ops.sum(ops.cast(higher, COMPUTE_DTYPE), axis=-1)
+def ideal_positions(labels, mask, pairwise="auto"):
+    """Returns each document's best attainable position: 1 + #{real y: label_y > label_x}.
+
+    The count is a pairwise sum, dense or in blocks of columns as `pairwise` says (as the pair
+    sums of the losses are), so a long list never holds its `[L, L]` comparisons at once.
+    """
+    real_labels = ops.where(mask, labels, float("-inf"))
+
+    def higher_in(columns):
+        higher = ops.greater(ops.expand_dims(columns, 1), ops.expand_dims(real_labels, 2))
+        return ops.sum(ops.cast(higher, COMPUTE_DTYPE), axis=-1)
+
+    return 1.0 + _dense_or_blocked(
+        pairwise, labels, lambda: higher_in(real_labels),
+        lambda: _sum_over_column_blocks(lambda columns: higher_in(columns[0]),
+                                        (real_labels,), (float("-inf"),)))
 
 
 def ideal_dcg(labels, topk=None):

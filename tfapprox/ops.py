@@ -278,9 +278,9 @@ def _log1p(x):
     """ln(1 + x) for x ≥ 0, accurate to a few ulps with one `log` (Goldberg 1991, Thm. 4);
     `ops.log1p` costs about twice as much under XLA on CPU."""
     one_plus = 1.0 + x
-    return ops.where(ops.equal(one_plus, 1.0), x,
-                     ops.log(one_plus) * (x / ops.where(ops.equal(one_plus, 1.0), 1.0,
-                                                         one_plus - 1.0)))
+    rounds_to_one = ops.equal(one_plus, 1.0)
+    return ops.where(rounds_to_one, x,
+                     ops.log(one_plus) * (x / ops.where(rounds_to_one, 1.0, one_plus - 1.0)))
 
 
 def _dense_logistic_sums(scores, ranked):

@@ -168,6 +168,46 @@ def test_dense_logistic_pair_sums_match_float64(spread, mode, rng):
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("spread, factored", [(1.0, True), (20.0, True), (200.0, True),
+                                              (1.0, False)],
+                         ids=["factored", "factored_wide", "too_wide", "per_pair"])
+def test_dense_sigmoid_pair_sums_match_float64(spread, factored, mode, rng):
+    """Lists spanning up to 2·EXP_LIMIT take two exps per document, wider batches (or
+    `factored=False`) one exp per pair; all equal float64 in values and gradients, with weights
+    of 0 (padding) and an uneven upstream."""
+    values = (rng.normal(size=(3, 10)) * spread).astype(np.float32)
+    weights = (rng.random((3, 10)) * (rng.random((3, 10)) < 0.8)).astype(np.float32)
+    upstream = 1.0 + np.arange(10.0)
+    value, grad = loss_and_grad(
+        lambda y, s: rank_ops.sigmoid_pair_sums(s, weights, "dense", factored) * upstream,
+        None, values, mode)
+    v, w = values.astype(np.float64), weights.astype(np.float64)
+    sigmoid = 1.0 / (1.0 + np.exp(v[:, :, None] - v[:, None, :]))  # [b, k, j] = σ(v_j − v_k)
+    slope = sigmoid * (1.0 - sigmoid)
+    expected_grad = (w * (slope @ upstream) - upstream * np.einsum("bkj,bj->bk", slope, w))
+    assert value == pytest.approx(((sigmoid @ w[:, :, None])[..., 0] @ upstream).sum(), rel=1e-6)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("label_step", [1.0, 0.5, 40.0], ids=["graded", "fractional", "large"])
+def test_ideal_dcg_counts_graded_labels_and_sorts_others(label_step, mode):
+    """Integer labels below GRADES are counted per grade, others sorted: both give the DCG of
+    the labels sorted in float64, with ties, zeros (padding) and a cut-off."""
+    rng = np.random.default_rng(11)
+    labels = (rng.integers(0, 5, size=(6, 30)) * label_step).astype(np.float32)
+    labels[:, 20:] = 0.0
+    for topk in (None, 1, 7):
+        value, _ = loss_and_grad(lambda y, s: rank_ops.ideal_dcg(y, topk) * s[:, 0], labels,
+                                 np.ones((6, 30), np.float32), mode)
+        best = -np.sort(-labels.astype(np.float64), axis=-1)[:, :topk]
+        shift = np.maximum(best[:, :1] - rank_ops.MAX_EXACT_GAIN_EXPONENT, 0.0)
+        expected = ((2.0 ** (best - shift) - 2.0 ** -shift)
+                    / np.log2(2.0 + np.arange(best.shape[1]))).sum()
+        assert value == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("spread", [3.0, 1e4], ids=["cumsum_path", "scan_path"])
 def test_suffix_logsumexp_is_exact_on_both_paths(spread, mode, rng):
     """Small score gaps take the O(L) cumulative sum, huge ones the scan; both equal float64."""

@@ -50,8 +50,9 @@ class Positions:
         order, before y's own place: O(L log L) (padded x have r(x) = 0).
         """
         if self.beta is not None:
-            return (rank_ops.sigmoid_pair_sums(-self.beta * self.ranks, relevance, self.pairwise)
-                    - 0.5 * relevance)
+            positions = -self.beta * self.ranks  # span β·(L − 1): too wide to factor
+            return (rank_ops.sigmoid_pair_sums(positions, relevance, self.pairwise,
+                                               factored=False) - 0.5 * relevance)
         place = ops.cast(self.ranks, "int32") - 1
         by_rank = ops.take_along_axis(relevance, ops.argsort(place, axis=-1), axis=-1)
         before = ops.cumsum(by_rank, axis=-1) - by_rank

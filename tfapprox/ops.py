@@ -201,51 +201,122 @@ def _weighted_sigmoid_sum_gradients(values, weights, upstream, column_values, co
             - upstream * ops.sum(slope * ops.expand_dims(column_weights, 1), axis=-1))
 
 
-def _sigmoid_sums(values, weights, column_values, column_weights):
-    """Σ_j σ(v_j − v_k) for each row k: `_weighted_sigmoid_sums` with every weight 1."""
-    del weights, column_weights
-    return ops.sum(ops.sigmoid(_differences(values, column_values)), axis=-1)
+# e^x is a normal float32 for |x| ≤ EXP_LIMIT (e^88.8 overflows, e^−87.4 is subnormal).
+EXP_LIMIT = 87.0
 
 
-def _dense_sigmoid_sums(values, weights):
-    """Σ_j w_j σ(v_j − v_k) over the whole list and its gradient, each σ evaluated once:
-    ∂/∂v_k = w_k·Σ_j σ'_kj g_j − g_k·Σ_j σ'_kj w_j, with σ' = σ(1 − σ) symmetric in (k, j)."""
-    sigmoid = ops.sigmoid(_differences(values, values))
+def _only_if(needed, compute, *inputs):
+    """Returns `compute(*inputs)` where the bool scalar `needed` is True, else zeros like the
+    first input.
 
-    def gradient(upstream):
-        slope = sigmoid * (1.0 - sigmoid)
-        both = ops.matmul(slope, ops.stack([upstream, weights], axis=-1))
-        return weights * both[..., 0] - upstream * both[..., 1]
+    It runs in a loop of 0 or 1 steps, not in an `ops.cond`: XLA turns a conditional whose
+    branches are plain arithmetic into a select that evaluates both. Each input is given plus
+    0·step, so that XLA cannot hoist any of the work out of the loop either.
+    """
+    def step_once(step, _):
+        return compute(*[x + 0.0 * ops.cast(step, x.dtype) for x in inputs])
 
-    return ops.sum(sigmoid * ops.expand_dims(weights, 1), axis=-1), gradient
+    return ops.fori_loop(0, ops.cast(needed, "int32"), step_once, ops.zeros_like(inputs[0]))
 
 
-def sigmoid_pair_sums(values, weights=None, pairwise="auto"):
+def _exponential_factors(values):
+    """Returns `(factored, above, below)`: whether every list spans at most 2·EXP_LIMIT (a bool
+    scalar), and e^{v − c}, e^{c − v} with c each list's mid-range, so that
+    e^{v_k − v_j} = above_k·below_j (the offsets are clipped to ±EXP_LIMIT: exact only where
+    `factored`). Both factors are normal floats, and a product of two is exact to a few ulps or
+    overflows to inf or underflows to 0 where the exact value would in float32."""
+    top = ops.max(values, axis=-1, keepdims=True, initial=float("-inf"))
+    bottom = ops.min(values, axis=-1, keepdims=True, initial=float("inf"))
+    center = ops.where(ops.isfinite(top + bottom), 0.5 * (top + bottom), 0.0)
+    offset = ops.clip(values - center, -EXP_LIMIT, EXP_LIMIT)
+    return ops.all(top - bottom <= 2.0 * EXP_LIMIT), ops.exp(offset), ops.exp(-offset)
+
+
+def _dense_sigmoid_sums(values, weights, factored=True):
+    """Σ_j w_j σ(v_j − v_k) over the whole list and its gradient
+    ∂/∂v_k = Σ_j σ'_kj·(w_k g_j − g_k w_j), σ' = σ(1 − σ) symmetric in (k, j).
+
+    Not compiled by XLA, each op is a pass over the [B, L, L] pairs: one sigmoid kernel, kept
+    for the backward pass (a matmul). Compiled by XLA (JAX; TensorFlow with jit_compile), where
+    the passes fuse and transcendental functions are the cost, each σ(v_j − v_k) is
+    1 / (1 + p), p = e^{v_k − v_j}. When every list of the batch spans at
+    most 2·EXP_LIMIT, p is a product of two per-document factors (`_exponential_factors`): two
+    exps per document instead of one per pair. Wider batches take one exp per pair as well
+    (`_only_if`); with `factored=False`, every batch does, without that test. The backward pass
+    rebuilds p instead of keeping a [B, L, L] tensor, and takes σ' as p·σ² (p capped at 1e30,
+    where σ' < 1e-30), accurate where σ is near 0 and near 1.
+    """
+    if not _compiled_by_xla():
+        sigmoid = ops.sigmoid(_differences(values, values))
+
+        def gradient_by_matmul(upstream):  # w_k·Σ_j σ'_kj g_j − g_k·Σ_j σ'_kj w_j
+            slope = sigmoid * (1.0 - sigmoid)
+            both = ops.matmul(slope, ops.stack([upstream, weights], axis=-1))
+            return weights * both[..., 0] - upstream * both[..., 1]
+
+        sums = ops.matmul(sigmoid, ops.expand_dims(weights, -1))[..., 0]  # reads σ once
+        return sums, gradient_by_matmul
+
+    fixed = ops.stop_gradient(values)
+    if factored:
+        factored, above, below = _exponential_factors(fixed)
+
+    def by_factors():
+        return ops.expand_dims(above, 2) * ops.expand_dims(below, 1)
+
+    def by_pairs(values):
+        return lambda: ops.exp(-_differences(values, values))
+
+    def sums(exponentials, weights):
+        return ops.sum(ops.expand_dims(weights, 1) / (1.0 + exponentials()), axis=-1)
+
+    def pulled_back(exponentials, weights, upstream):
+        ratio = ops.minimum(exponentials(), 1e30)
+        sigmoid = 1.0 / (1.0 + ratio)
+        pair_upstream = (ops.expand_dims(weights, 2) * ops.expand_dims(upstream, 1)
+                         - ops.expand_dims(upstream, 2) * ops.expand_dims(weights, 1))
+        return ops.sum(ratio * sigmoid * sigmoid * pair_upstream, axis=-1)
+
+    def either(of, *inputs):  # by factors or, for wide batches only, one exp per pair
+        if factored is False:
+            return of(by_pairs(fixed), *inputs)
+        return ops.where(factored, of(by_factors, *inputs), _only_if(
+            ops.logical_not(factored), lambda values, *rest: of(by_pairs(values), *rest),
+            fixed, *inputs))
+
+    return either(sums, weights), lambda upstream: either(pulled_back, weights, upstream)
+
+
+def sigmoid_pair_sums(values, weights=None, pairwise="auto", factored=True):
     """Returns S_k = Σ_j w_j σ(v_j − v_k) over every j of the list (j = k adds w_k/2), `[B, L]`.
 
-    `weights` (default all 1) get no gradient. Summed in blocks of columns with a recomputing
-    backward pass for long lists (`pairwise`, see PAIRWISE_MODES); padded block columns hold
-    v = −inf, where σ and σ' are exactly 0.
+    `weights` (default all 1) get no gradient; a column of weight 0 adds exactly 0. Dense, it
+    takes two exps per document when every list spans at most 2·EXP_LIMIT, else one per pair
+    (`_dense_sigmoid_sums`); `factored=False` skips the first for values that seldom fit, such
+    as β·positions. Summed in blocks of columns with a recomputing backward pass for long lists
+    (`pairwise`, see PAIRWISE_MODES); padded block columns hold v = −inf, where σ and σ' are
+    exactly 0.
     """
-    row_sums = _sigmoid_sums if weights is None else _weighted_sigmoid_sums
     weights = ops.ones_like(values) if weights is None else weights
-    return _pair_sums(row_sums, _weighted_sigmoid_sum_gradients, _dense_sigmoid_sums, values,
-                      (weights,), (float("-inf"), 0.0), pairwise)
+    return _pair_sums(_weighted_sigmoid_sums, _weighted_sigmoid_sum_gradients,
+                      lambda values, weights: _dense_sigmoid_sums(values, weights, factored),
+                      values, (weights,), (float("-inf"), 0.0), pairwise)
 
 
 def approx_ranks(scores, mask, alpha, pairwise="auto"):
     """Returns the smooth positions π̂(x) = 1 + Σ_{y≠x, y real} σ(α(s_y − s_x)) (Qin et al. eq. 20).
 
-    Padded documents take no part in any sum: their scaled scores are moved at least 1e4 below
-    every real one, where σ is exactly 0 with exactly zero gradient — an O(L) mask instead of a
-    selection over the [B, L, L] pairs. π̂ = ½ + `sigmoid_pair_sums` (whose y = x term is
-    σ(0) = ½), so long lists are summed in blocks (`pairwise`). σ saturates cleanly, so |α·Δs|
-    up to 1e4 and beyond gives finite values and gradients.
+    π̂ = ½ + `sigmoid_pair_sums` weighted by the mask (its y = x term is σ(0) = ½), so padded
+    documents add exactly 0 to every sum, and long lists are summed in blocks (`pairwise`).
+    Padded slots hold the list's lowest real scaled score (no gradient), so they do not widen the
+    list's span; their own π̂ is meaningless and no measure reads it. σ saturates cleanly, so
+    |α·Δs| up to 1e4 and beyond gives finite values and gradients.
     """
     scaled = ops.multiply(scores, alpha)
-    lowest = ops.min(ops.where(mask, scaled, 0.0), axis=-1, keepdims=True, initial=0.0)
-    scaled = ops.where(mask, scaled, lowest - 1e4 - ops.abs(lowest))
-    return 0.5 + sigmoid_pair_sums(scaled, pairwise=pairwise)
+    lowest = ops.min(ops.where(mask, scaled, float("inf")), axis=-1, keepdims=True,
+                     initial=float("inf"))
+    scaled = ops.where(mask, scaled, ops.stop_gradient(ops.where(ops.isinf(lowest), 0.0, lowest)))
+    return 0.5 + sigmoid_pair_sums(scaled, ops.cast(mask, COMPUTE_DTYPE), pairwise)
 
 
 def has_label_pairs(labels, mask):
@@ -284,29 +355,64 @@ def _log1p(x):
 
 
 def _dense_logistic_sums(scores, ranked):
-    """`_logistic_sums` over the whole list and its gradient, each pair's σ evaluated once.
+    """`_logistic_sums` over the whole list and its gradient.
 
-    With U_kj = 1{l_k > l_j}·σ(s_j − s_k), ∂/∂s_k = (Uᵀg)_k − g_k·Σ_j U_kj. Compiled by XLA
-    (JAX; TensorFlow with jit_compile), where the elementwise work fuses and transcendental
-    functions are the cost, d = s_j − s_k and e = e^{−|d|} give both ln(1 + e^d) =
-    max(d, 0) + ln(1 + e) and σ(d) = (1 or e)/(1 + e): one exp and one log per pair. Otherwise
-    each op is a pass over the [B, L, L] pairs, and softplus and sigmoid are one kernel each.
+    With U_kj = 1{l_k > l_j}·σ(s_j − s_k), ∂/∂s_k = Σ_j U_jk g_j − g_k·Σ_j U_kj, one pass over
+    the pairs of row k. Compiled by XLA (JAX; TensorFlow with jit_compile), where the passes
+    fuse and transcendental functions are the cost, d = s_j − s_k and e = e^{−|d|} give
+    ln(1 + e^d) = max(d, 0) + ln(1 + e) and σ(d) = (1 or e)/(1 + e), and e = min(e^d, e^{−d})
+    is a product of per-document factors (`_exponential_factors`) when every list spans at most
+    2·EXP_LIMIT, else one exp per pair (`_only_if`): one log per pair forward, none backward,
+    which rebuilds e instead of keeping a [B, L, L] tensor. Otherwise each op is a pass over
+    the pairs, softplus and sigmoid are one kernel each, and σ is kept for the backward pass
+    (a matmul).
     """
-    difference = _differences(scores, scores)
-    pairs = ops.greater(ops.expand_dims(ranked, 2), ops.expand_dims(ranked, 1))
-    if _compiled_by_xla():
-        small = ops.exp(-ops.abs(difference))
-        softplus = ops.maximum(difference, 0.0) + _log1p(small)
-        sigmoid = ops.where(difference >= 0.0, 1.0, small) / (1.0 + small)
-    else:
-        softplus, sigmoid = ops.softplus(difference), ops.sigmoid(difference)
-    upper = ops.where(pairs, sigmoid, 0.0)
+    def pairs(scores, ranked):  # s_j − s_k, l_k > l_j and l_k < l_j for the [b, k, j] pairs
+        return (_differences(scores, scores),
+                ops.expand_dims(ranked, 2) > ops.expand_dims(ranked, 1),
+                ops.expand_dims(ranked, 2) < ops.expand_dims(ranked, 1))
 
-    def gradient(upstream):
-        as_lower = ops.squeeze(ops.matmul(ops.expand_dims(upstream, 1), upper), axis=1)
-        return as_lower - upstream * ops.sum(upper, axis=-1)
+    if not _compiled_by_xla():
+        difference, higher, _ = pairs(scores, ranked)
+        upper = ops.where(higher, ops.sigmoid(difference), 0.0)
 
-    return ops.sum(ops.where(pairs, softplus, 0.0), axis=-1), gradient
+        def gradient_by_matmul(upstream):  # (Uᵀg)_k − g_k·Σ_j U_kj
+            as_lower = ops.squeeze(ops.matmul(ops.expand_dims(upstream, 1), upper), axis=1)
+            return as_lower - upstream * ops.sum(upper, axis=-1)
+
+        return (ops.sum(ops.where(higher, ops.softplus(difference), 0.0), axis=-1),
+                gradient_by_matmul)
+
+    fixed = ops.stop_gradient(scores)
+    factored, above, below = _exponential_factors(fixed)
+
+    def by_factors(difference):
+        del difference
+        return ops.minimum(ops.expand_dims(below, 2) * ops.expand_dims(above, 1),
+                           ops.expand_dims(above, 2) * ops.expand_dims(below, 1))
+
+    def by_pairs(difference):
+        return ops.exp(-ops.abs(difference))
+
+    def sums(smalls, scores, ranked):
+        difference, higher, _ = pairs(scores, ranked)
+        softplus = ops.maximum(difference, 0.0) + _log1p(smalls(difference))
+        return ops.sum(ops.where(higher, softplus, 0.0), axis=-1)
+
+    def gradient(smalls, scores, ranked, upstream):
+        difference, higher, lower = pairs(scores, ranked)
+        small = smalls(difference)
+        sigmoid = ops.where(difference >= 0.0, 1.0, small) / (1.0 + small)  # σ(s_j − s_k)
+        as_lower = ops.where(lower, (1.0 - sigmoid) * ops.expand_dims(upstream, 1), 0.0)
+        as_upper = ops.where(higher, sigmoid * ops.expand_dims(upstream, 2), 0.0)
+        return ops.sum(as_lower - as_upper, axis=-1)  # one reduction: one fused pass
+
+    def either(of, *inputs):  # by factors or, for wide batches only, one exp per pair
+        return ops.where(factored, of(by_factors, *inputs), _only_if(
+            ops.logical_not(factored), lambda *rest: of(by_pairs, *rest), *inputs))
+
+    return (either(sums, fixed, ranked),
+            lambda upstream: either(gradient, fixed, ranked, upstream))
 
 
 def _compiled_by_xla():
@@ -408,12 +514,37 @@ def ideal_positions(labels, mask, pairwise="auto"):
                                         (real_labels,), (float("-inf"),)))
 
 
+# Graded labels: integers 0 ≤ l < GRADES, whose ideal DCG is counted per grade instead of sorted.
+GRADES = 32
+
+
 def ideal_dcg(labels, topk=None):
-    """Returns N = max DCG (@topk): Σ_r G(r-th largest label)·D(r), r ≤ topk. Padded labels are 0."""
-    best_first = ops.flip(ops.sort(gains(labels), axis=-1), axis=-1)
+    """Returns N = max DCG (@topk): Σ_r G(r-th largest label)·D(r), r ≤ topk. Padded labels are 0.
+
+    Compiled by XLA, where a sort is slow on CPU, graded labels (every label an integer in
+    [0, GRADES)) need none: the n_v documents of grade v fill positions n_{>v} + 1 … n_{≥v} of
+    the ideal ranking, so N = Σ_v G(v)·(C(n_{≥v}) − C(n_{>v})) with C(n) = Σ_{r ≤ n} D(r)·
+    1{r ≤ topk}, O(L·GRADES). Other labels, and graphs not compiled by XLA, sort (chosen at run
+    time with `ops.cond`).
+    """
     positions = ops.cast(ops.arange(1, ops.shape(labels)[1] + 1), COMPUTE_DTYPE)
     weights = discounts(positions) * top_k_cutoff(positions, topk)
-    return ops.sum(best_first * ops.expand_dims(weights, 0), axis=-1)
+
+    def by_sorting():
+        best_first = ops.flip(ops.sort(gains(labels), axis=-1), axis=-1)
+        return ops.sum(best_first * ops.expand_dims(weights, 0), axis=-1)
+
+    def by_counting():
+        grades = ops.cast(ops.arange(GRADES + 1), COMPUTE_DTYPE)
+        at_least = ops.sum(ops.cast(ops.expand_dims(labels, 2) >= grades, "int32"), axis=1)
+        cumulative = ops.take(ops.pad(ops.cumsum(weights), ((1, 0),)), at_least)  # [B, G + 1]
+        return ops.sum((cumulative[:, :-1] - cumulative[:, 1:]) * gains(grades[:-1]), axis=-1)
+
+    if not _compiled_by_xla():
+        return by_sorting()
+    graded = ops.all(ops.logical_and(ops.equal(labels, ops.floor(labels)),
+                                     ops.logical_and(labels >= 0.0, labels < GRADES)))
+    return ops.cond(graded, by_counting, by_sorting)
 
 
 def safe_divide(numerator, denominator):

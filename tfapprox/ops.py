@@ -219,11 +219,18 @@ def _only_if(needed, compute, *inputs):
     return ops.fori_loop(0, ops.cast(needed, "int32"), step_once, ops.zeros_like(inputs[0]))
 
 
+def _factored_or_per_pair(fits, of, by_factors, by_pairs, *inputs):
+    """Returns `of(by_factors, *inputs)` where the bool scalar `fits` is True, else
+    `of(by_pairs, *inputs)`, the latter computed only for batches that need it (`_only_if`)."""
+    return ops.where(fits, of(by_factors, *inputs), _only_if(
+        ops.logical_not(fits), lambda *shifted: of(by_pairs, *shifted), *inputs))
+
+
 def _exponential_factors(values):
-    """Returns `(factored, above, below)`: whether every list spans at most 2·EXP_LIMIT (a bool
+    """Returns `(fits, above, below)`: whether every list spans at most 2·EXP_LIMIT (a bool
     scalar), and e^{v − c}, e^{c − v} with c each list's mid-range, so that
     e^{v_k − v_j} = above_k·below_j (the offsets are clipped to ±EXP_LIMIT: exact only where
-    `factored`). Both factors are normal floats, and a product of two is exact to a few ulps or
+    `fits`). Both factors are normal floats, and a product of two is exact to a few ulps or
     overflows to inf or underflows to 0 where the exact value would in float32."""
     top = ops.max(values, axis=-1, keepdims=True, initial=float("-inf"))
     bottom = ops.min(values, axis=-1, keepdims=True, initial=float("inf"))
@@ -258,31 +265,29 @@ def _dense_sigmoid_sums(values, weights, factored=True):
         return sums, gradient_by_matmul
 
     fixed = ops.stop_gradient(values)
-    if factored:
-        factored, above, below = _exponential_factors(fixed)
+    fits, above, below = _exponential_factors(fixed)
 
-    def by_factors():
+    def by_factors(values):
+        del values  # the factors hold them
         return ops.expand_dims(above, 2) * ops.expand_dims(below, 1)
 
     def by_pairs(values):
-        return lambda: ops.exp(-_differences(values, values))
+        return ops.exp(-_differences(values, values))
 
-    def sums(exponentials, weights):
-        return ops.sum(ops.expand_dims(weights, 1) / (1.0 + exponentials()), axis=-1)
+    def sums(exponentials, values, weights):
+        return ops.sum(ops.expand_dims(weights, 1) / (1.0 + exponentials(values)), axis=-1)
 
-    def pulled_back(exponentials, weights, upstream):
-        ratio = ops.minimum(exponentials(), 1e30)
+    def pulled_back(exponentials, values, weights, upstream):
+        ratio = ops.minimum(exponentials(values), 1e30)
         sigmoid = 1.0 / (1.0 + ratio)
         pair_upstream = (ops.expand_dims(weights, 2) * ops.expand_dims(upstream, 1)
                          - ops.expand_dims(upstream, 2) * ops.expand_dims(weights, 1))
         return ops.sum(ratio * sigmoid * sigmoid * pair_upstream, axis=-1)
 
-    def either(of, *inputs):  # by factors or, for wide batches only, one exp per pair
-        if factored is False:
-            return of(by_pairs(fixed), *inputs)
-        return ops.where(factored, of(by_factors, *inputs), _only_if(
-            ops.logical_not(factored), lambda values, *rest: of(by_pairs(values), *rest),
-            fixed, *inputs))
+    def either(of, *inputs):
+        if not factored:
+            return of(by_pairs, fixed, *inputs)
+        return _factored_or_per_pair(fits, of, by_factors, by_pairs, fixed, *inputs)
 
     return either(sums, weights), lambda upstream: either(pulled_back, weights, upstream)
 
@@ -384,10 +389,10 @@ def _dense_logistic_sums(scores, ranked):
                 gradient_by_matmul)
 
     fixed = ops.stop_gradient(scores)
-    factored, above, below = _exponential_factors(fixed)
+    fits, above, below = _exponential_factors(fixed)
 
     def by_factors(difference):
-        del difference
+        del difference  # the factors hold it
         return ops.minimum(ops.expand_dims(below, 2) * ops.expand_dims(above, 1),
                            ops.expand_dims(above, 2) * ops.expand_dims(below, 1))
 
@@ -407,12 +412,9 @@ def _dense_logistic_sums(scores, ranked):
         as_upper = ops.where(higher, sigmoid * ops.expand_dims(upstream, 2), 0.0)
         return ops.sum(as_lower - as_upper, axis=-1)  # one reduction: one fused pass
 
-    def either(of, *inputs):  # by factors or, for wide batches only, one exp per pair
-        return ops.where(factored, of(by_factors, *inputs), _only_if(
-            ops.logical_not(factored), lambda *rest: of(by_pairs, *rest), *inputs))
-
-    return (either(sums, fixed, ranked),
-            lambda upstream: either(gradient, fixed, ranked, upstream))
+    return (_factored_or_per_pair(fits, sums, by_factors, by_pairs, fixed, ranked),
+            lambda upstream: _factored_or_per_pair(fits, gradient, by_factors, by_pairs, fixed,
+                                                   ranked, upstream))
 
 
 def _compiled_by_xla():

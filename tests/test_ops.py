@@ -146,18 +146,20 @@ def test_pair_sums_in_blocks_equal_dense_values_and_gradients(name, mode, rng, m
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("size", [9, 37])
 @pytest.mark.parametrize("spread", [1.0, 30.0, 1e4])
-def test_dense_logistic_pair_sums_match_float64(spread, mode, rng):
-    """The dense RankNet sums (under XLA: one exp and one log per pair) against float64, with
+def test_dense_logistic_pair_sums_match_float64(spread, size, mode, rng):
+    """The dense RankNet sums (under XLA: logs of LOG_CHUNK pairs at a time, over lists padded
+    to whole chunks; exps per document, or per pair for the wide spreads) against float64, with
     pairs from tiny to saturated margins."""
-    labels = rng.integers(0, 3, size=(2, 9)).astype(np.float32)
-    mask = rng.random((2, 9)) > 0.2
-    scores = (rng.normal(size=(2, 9)) * spread).astype(np.float32)
+    labels = rng.integers(0, 3, size=(2, size)).astype(np.float32)
+    mask = rng.random((2, size)) > 0.2
+    scores = (rng.normal(size=(2, size)) * spread).astype(np.float32)
     value, grad = loss_and_grad(
-        lambda y, s: rank_ops.logistic_pair_sums(s, labels, mask, "dense") * np.arange(1, 10),
-        None, scores, mode)
-    s, expected, expected_grad = scores.astype(np.float64), 0.0, np.zeros((2, 9))
-    for b, k, j in np.ndindex(2, 9, 9):
+        lambda y, s: rank_ops.logistic_pair_sums(s, labels, mask, "dense")
+        * np.arange(1, size + 1), None, scores, mode)
+    s, expected, expected_grad = scores.astype(np.float64), 0.0, np.zeros((2, size))
+    for b, k, j in np.ndindex(2, size, size):
         if mask[b, k] and mask[b, j] and labels[b, k] > labels[b, j]:
             d = s[b, j] - s[b, k]
             expected += (k + 1) * np.logaddexp(0.0, d)

@@ -363,22 +363,22 @@ def _dense_logistic_sums(scores, ranked):
     """`_logistic_sums` over the whole list and its gradient.
 
     With U_kj = 1{l_k > l_j}·σ(s_j − s_k), ∂/∂s_k = Σ_j U_jk g_j − g_k·Σ_j U_kj, one pass over
-    the pairs of row k. Compiled by XLA (JAX; TensorFlow with jit_compile), where the passes
-    fuse and transcendental functions are the cost, d = s_j − s_k and e = e^{−|d|} give
-    ln(1 + e^d) = max(d, 0) + ln(1 + e) and σ(d) = (1 or e)/(1 + e), and e = min(e^d, e^{−d})
-    is a product of per-document factors (`_exponential_factors`) when every list spans at most
-    2·EXP_LIMIT, else one exp per pair (`_only_if`): one log per pair forward, none backward,
-    which rebuilds e instead of keeping a [B, L, L] tensor. Otherwise each op is a pass over
-    the pairs, softplus and sigmoid are one kernel each, and σ is kept for the backward pass
-    (a matmul).
-    """
-    def pairs(scores, ranked):  # s_j − s_k, l_k > l_j and l_k < l_j for the [b, k, j] pairs
-        return (_differences(scores, scores),
-                ops.expand_dims(ranked, 2) > ops.expand_dims(ranked, 1),
-                ops.expand_dims(ranked, 2) < ops.expand_dims(ranked, 1))
+    the pairs of row k. Not compiled by XLA, each op is a pass over the pairs, softplus and
+    sigmoid are one kernel each, and σ is kept for the backward pass (a matmul).
 
+    Compiled by XLA (JAX; TensorFlow with jit_compile), where the passes fuse and
+    transcendental functions are the cost: with d = s_j − s_k and e = e^{−|d|} ≤ 1,
+    ln(1 + e^d) = max(d, 0) + ln(1 + e), and one log serves LOG_CHUNK columns of a row,
+    Σ ln(1 + e) = ln Π(1 + e), the product kept as 1 + E with E ← a + b(1 + a), which holds
+    small e to a few ulps and stays below 2^LOG_CHUNK. e = min(e^d, e^{−d}) is a product of
+    per-document factors (`_exponential_factors`) when every list spans at most 2·EXP_LIMIT,
+    else one exp per pair (`_only_if`). The backward pass rebuilds p = e^d the same way and
+    takes σ(d) = p·q and 1 − σ(d) = q = 1/(1 + p) (p capped at 1e30, where σ rounds to 1),
+    keeping no [B, L, L] tensor.
+    """
     if not _compiled_by_xla():
-        difference, higher, _ = pairs(scores, ranked)
+        difference = _differences(scores, scores)
+        higher = ops.expand_dims(ranked, 2) > ops.expand_dims(ranked, 1)
         upper = ops.where(higher, ops.sigmoid(difference), 0.0)
 
         def gradient_by_matmul(upstream):  # (Uᵀg)_k − g_k·Σ_j U_kj
@@ -390,31 +390,60 @@ def _dense_logistic_sums(scores, ranked):
 
     fixed = ops.stop_gradient(scores)
     fits, above, below = _exponential_factors(fixed)
+    chunked = _in_log_chunks(ops.stack([above, below], axis=-1), 1.0)
 
-    def by_factors(difference):
+    def smalls_by_factors(difference):
         del difference  # the factors hold it
-        return ops.minimum(ops.expand_dims(below, 2) * ops.expand_dims(above, 1),
-                           ops.expand_dims(above, 2) * ops.expand_dims(below, 1))
+        return ops.minimum(ops.expand_dims(below, (1, 2)) * chunked[..., 0],
+                           ops.expand_dims(above, (1, 2)) * chunked[..., 1])
 
-    def by_pairs(difference):
+    def smalls_by_pairs(difference):
         return ops.exp(-ops.abs(difference))
 
-    def sums(smalls, scores, ranked):
-        difference, higher, _ = pairs(scores, ranked)
-        softplus = ops.maximum(difference, 0.0) + _log1p(smalls(difference))
-        return ops.sum(ops.where(higher, softplus, 0.0), axis=-1)
+    def sums(smalls, scores, ranked):  # pairs [b, c, m, k]: column j = (c, m), row k last
+        difference = _in_log_chunks(scores, 0.0) - ops.expand_dims(scores, (1, 2))
+        higher = ops.expand_dims(ranked, (1, 2)) > _in_log_chunks(ranked, float("nan"))
+        small = ops.where(higher, smalls(difference), 0.0)
+        rise = ops.where(higher, ops.maximum(difference, 0.0), 0.0)
+        width = LOG_CHUNK
+        while width > 1:  # (1 + a)(1 + b) = 1 + (a + b(1 + a))
+            width //= 2
+            small = small[:, :, :width] + small[:, :, width:] * (1.0 + small[:, :, :width])
+            rise = rise[:, :, :width] + rise[:, :, width:]
+        return ops.sum(rise[:, :, 0] + _log1p(small[:, :, 0]), axis=1)
 
-    def gradient(smalls, scores, ranked, upstream):
-        difference, higher, lower = pairs(scores, ranked)
-        small = smalls(difference)
-        sigmoid = ops.where(difference >= 0.0, 1.0, small) / (1.0 + small)  # σ(s_j − s_k)
-        as_lower = ops.where(lower, (1.0 - sigmoid) * ops.expand_dims(upstream, 1), 0.0)
-        as_upper = ops.where(higher, sigmoid * ops.expand_dims(upstream, 2), 0.0)
-        return ops.sum(as_lower - as_upper, axis=-1)  # one reduction: one fused pass
+    def ratios_by_factors(scores):
+        del scores  # the factors hold them
+        return ops.expand_dims(below, 2) * ops.expand_dims(above, 1)
 
-    return (_factored_or_per_pair(fits, sums, by_factors, by_pairs, fixed, ranked),
-            lambda upstream: _factored_or_per_pair(fits, gradient, by_factors, by_pairs, fixed,
-                                                   ranked, upstream))
+    def ratios_by_pairs(scores):
+        return ops.exp(_differences(scores, scores))
+
+    def gradient(ratios, scores, ranked, upstream):
+        ratio = ops.minimum(ratios(scores), 1e30)  # e^{s_j − s_k}
+        k_is_upper = ops.expand_dims(ranked, 2) > ops.expand_dims(ranked, 1)
+        k_is_lower = ops.expand_dims(ranked, 2) < ops.expand_dims(ranked, 1)
+        pulls = (ops.where(k_is_lower, ops.expand_dims(upstream, 1), 0.0)
+                 - ops.where(k_is_upper, ratio * ops.expand_dims(upstream, 2), 0.0))
+        return ops.sum(pulls / (1.0 + ratio), axis=-1)  # one reduction: one fused pass
+
+    return (_factored_or_per_pair(fits, sums, smalls_by_factors, smalls_by_pairs, fixed, ranked),
+            lambda upstream: _factored_or_per_pair(fits, gradient, ratios_by_factors,
+                                                   ratios_by_pairs, fixed, ranked, upstream))
+
+
+LOG_CHUNK = 8
+
+
+def _in_log_chunks(columns, fill):
+    """Returns `[B, L, ...]` columns as `[B, ⌈L/LOG_CHUNK⌉, LOG_CHUNK, 1, ...]` (chunk c holds
+    columns c·LOG_CHUNK, c·LOG_CHUNK + 1, …), padded with `fill`. Pairs laid out as
+    [b, c, m, k], rows k last, vectorise over the rows under XLA, whatever the list size."""
+    shape = ops.shape(columns)
+    chunks = (shape[1] + LOG_CHUNK - 1) // LOG_CHUNK
+    padding = [(0, 0), (0, chunks * LOG_CHUNK - shape[1])] + [(0, 0)] * (len(shape) - 2)
+    padded = ops.pad(columns, padding, constant_values=fill)
+    return ops.expand_dims(ops.reshape(padded, (shape[0], chunks, LOG_CHUNK, *shape[2:])), 3)
 
 
 def _compiled_by_xla():

@@ -124,8 +124,8 @@ PAIR_SUMS = {  # pairwise -> a loss_fn(labels, scores) on each blocked sum, with
         rank_ops.sigmoid_pair_sums(2.0 * s, weights, pairwise) * (1.0 + s)),
     "logistic_pair_sums": lambda mask, labels, weights, pairwise: lambda y, s: (
         rank_ops.logistic_pair_sums(s, labels, mask, pairwise) * weights),
-    "ideal_positions": lambda mask, labels, weights, pairwise: lambda y, s: (
-        rank_ops.ideal_positions(labels, mask, pairwise) * s * mask),
+    "ideal_positions": lambda mask, labels, weights, pairwise: lambda y, s: (  # not graded
+        rank_ops.ideal_positions(labels + 0.5, mask, pairwise) * s * mask),
 }
 
 
@@ -207,6 +207,25 @@ def test_ideal_dcg_counts_graded_labels_and_sorts_others(label_step, mode):
         expected = ((2.0 ** (best - shift) - 2.0 ** -shift)
                     / np.log2(2.0 + np.arange(best.shape[1]))).sum()
         assert value == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("pairwise", ["dense", "blocked"])
+@pytest.mark.parametrize("label_step", [1.0, 0.5, 40.0], ids=["graded", "fractional", "large"])
+def test_ideal_positions_count_graded_labels_and_compare_others(label_step, pairwise, mode,
+                                                                 monkeypatch):
+    """Graded labels are counted per grade, others compared pairwise (in blocks of 4 columns
+    when blocked): both give 1 + #{real y: l_y > l_x}, and 1 + #real on padded slots."""
+    monkeypatch.setattr(rank_ops, "PAIR_BLOCK", 4)
+    rng = np.random.default_rng(5)
+    labels = (rng.integers(0, 5, size=(4, 11)) * label_step).astype(np.float32)
+    mask = rng.random((4, 11)) < 0.8
+    weights = rng.random((4, 11)).astype(np.float32)
+    value, _ = loss_and_grad(
+        lambda y, s: rank_ops.ideal_positions(y, mask, pairwise) * s, labels, weights, mode)
+    real = np.where(mask, labels, -np.inf)
+    expected = 1.0 + (real[:, None, :] > real[:, :, None]).sum(-1)
+    assert value == pytest.approx((expected * weights).sum(), rel=1e-6)
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)

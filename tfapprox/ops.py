@@ -530,19 +530,36 @@ def smooth_top_k_cutoff(ranks, k, beta):
 def ideal_positions(labels, mask, pairwise="auto"):
     """Returns each document's best attainable position: 1 + #{real y: label_y > label_x}.
 
-    The count is a pairwise sum, dense or in blocks of columns as `pairwise` says (as the pair
-    sums of the losses are), so a long list never holds its `[L, L]` comparisons at once.
+    Graded labels (every real label an integer in [0, GRADES)) are counted per grade, O(L·GRADES):
+    #{y: l_y > l_x} = n_{≥ l_x + 1}. Other labels take a pairwise count, dense or in blocks of
+    columns as `pairwise` says (as the pair sums of the losses are), so a long list never holds
+    its `[L, L]` comparisons at once; under XLA it runs only for batches that need it
+    (`_only_if`), elsewhere in an `ops.cond`.
     """
     real_labels = ops.where(mask, labels, float("-inf"))
 
-    def higher_in(columns):
-        higher = ops.greater(ops.expand_dims(columns, 1), ops.expand_dims(real_labels, 2))
-        return ops.sum(ops.cast(higher, COMPUTE_DTYPE), axis=-1)
+    def by_counting():  # n_{≥ l_x + 1}, picked by comparing with each grade (no gather)
+        at_least = ops.cast(_count_at_least_each_grade(real_labels), COMPUTE_DTYPE)
+        grade_above = ops.expand_dims(ops.where(mask, labels + 1.0, 0.0), 2)
+        grades = ops.cast(ops.arange(GRADES + 1), COMPUTE_DTYPE)
+        return ops.sum(ops.where(grade_above == grades, ops.expand_dims(at_least, 1), 0.0),
+                       axis=-1)
 
-    return 1.0 + _dense_or_blocked(
-        pairwise, labels, lambda: higher_in(real_labels),
-        lambda: _sum_over_column_blocks(lambda columns: higher_in(columns[0]),
-                                        (real_labels,), (float("-inf"),)))
+    def by_pairs(real_labels):
+        def higher_in(columns):
+            higher = ops.greater(ops.expand_dims(columns, 1), ops.expand_dims(real_labels, 2))
+            return ops.sum(ops.cast(higher, COMPUTE_DTYPE), axis=-1)
+
+        return _dense_or_blocked(
+            pairwise, labels, lambda: higher_in(real_labels),
+            lambda: _sum_over_column_blocks(lambda columns: higher_in(columns[0]),
+                                            (real_labels,), (float("-inf"),)))
+
+    graded = _all_graded(ops.where(mask, labels, 0.0))
+    if _compiled_by_xla():
+        return 1.0 + ops.where(graded, by_counting(), _only_if(
+            ops.logical_not(graded), by_pairs, real_labels))
+    return 1.0 + ops.cond(graded, by_counting, lambda: by_pairs(real_labels))
 
 
 # Graded labels: integers 0 ≤ l < GRADES, whose ideal DCG is counted per grade instead of sorted.
@@ -566,16 +583,26 @@ def ideal_dcg(labels, topk=None):
         return ops.sum(best_first * ops.expand_dims(weights, 0), axis=-1)
 
     def by_counting():
-        grades = ops.cast(ops.arange(GRADES + 1), COMPUTE_DTYPE)
-        at_least = ops.sum(ops.cast(ops.expand_dims(labels, 2) >= grades, "int32"), axis=1)
+        at_least = _count_at_least_each_grade(labels)
         cumulative = ops.take(ops.pad(ops.cumsum(weights), ((1, 0),)), at_least)  # [B, G + 1]
-        return ops.sum((cumulative[:, :-1] - cumulative[:, 1:]) * gains(grades[:-1]), axis=-1)
+        grades = ops.cast(ops.arange(GRADES), COMPUTE_DTYPE)
+        return ops.sum((cumulative[:, :-1] - cumulative[:, 1:]) * gains(grades), axis=-1)
 
     if not _compiled_by_xla():
         return by_sorting()
-    graded = ops.all(ops.logical_and(ops.equal(labels, ops.floor(labels)),
-                                     ops.logical_and(labels >= 0.0, labels < GRADES)))
-    return ops.cond(graded, by_counting, by_sorting)
+    return ops.cond(_all_graded(labels), by_counting, by_sorting)
+
+
+def _all_graded(labels):
+    """Whether every label is an integer in [0, GRADES) (a bool scalar)."""
+    return ops.all(ops.logical_and(ops.equal(labels, ops.floor(labels)),
+                                   ops.logical_and(labels >= 0.0, labels < GRADES)))
+
+
+def _count_at_least_each_grade(labels):
+    """Returns int32 `[B, GRADES + 1]`: entry v counts the labels ≥ v of each list."""
+    grades = ops.cast(ops.arange(GRADES + 1), COMPUTE_DTYPE)
+    return ops.sum(ops.cast(ops.expand_dims(labels, 2) >= grades, "int32"), axis=1)
 
 
 def safe_divide(numerator, denominator):

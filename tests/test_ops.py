@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from keras import ops
 
 from conftest import COMPILE_MODES, loss_and_grad, to_numpy
 from tfapprox import ops as rank_ops
@@ -75,15 +76,22 @@ def test_ideal_positions_and_label_consistent_permutation():
         to_numpy(rank_ops.plackett_luce_order(labels, mask, keys)), [[1, 2, 0, 3]])
 
 
+@pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("label_step", [1.0, 0.25])  # integer labels: one argsort; else two
-def test_label_consistent_permutation_is_a_lexicographic_sort(label_step):
+def test_label_consistent_permutation_is_a_lexicographic_sort(label_step, mode):
+    """Integer labels take one argsort, or under XLA (a list of 12) a count; others two
+    argsorts. The order is read back from the gradient of Σ_p (p + 1)·s_{order[p]}."""
     rng = np.random.default_rng(7)
     labels = (rng.integers(0, 4, size=(16, 12)) * label_step).astype(np.float32)
     mask = np.arange(12) < rng.integers(1, 13, size=(16, 1))
     keys = to_numpy(rank_ops.tie_breaking_keys(rng.normal(size=(16, 12)).astype(np.float32),
                                                mask, seed=3))
     keys[:, ::3] = keys[:, 1::3]  # equal keys too: those stay in list order
-    order = to_numpy(rank_ops.plackett_luce_order(labels, mask, keys))
+    _, places = loss_and_grad(
+        lambda y, s: ops.take_along_axis(s, rank_ops.plackett_luce_order(labels, mask, keys),
+                                         axis=-1) * (1.0 + np.arange(12, dtype=np.float32)),
+        None, rng.normal(size=(16, 12)).astype(np.float32), mode)
+    order = np.argsort(places, axis=-1)
     for b in range(16):
         real = np.flatnonzero(mask[b])
         expected = real[np.lexsort((real, -keys[b, real], -labels[b, real]))]

@@ -649,11 +649,15 @@ def plackett_luce_order(labels, mask, keys):
     Integer labels (|label| < `LARGEST_EXACT_LABEL`, graded relevance) take one argsort of
     label + key, which orders the same way exactly; other labels take two stable argsorts, by key
     and then by label (chosen at run time with `ops.cond`). TensorFlow's argsort goes through
-    top_k, which keeps equal entries in order; jnp.argsort is stable. O(L log L).
+    top_k, which keeps equal entries in order; jnp.argsort is stable. O(L log L); under XLA,
+    integer labels in lists of a static size up to COUNTED_ORDER_UP_TO are ordered by counting.
     """
     sort_labels = ops.where(mask, labels, float("-inf"))
 
     def by_label_plus_key():
+        size = labels.shape[1]
+        if _compiled_by_xla() and size is not None and size <= COUNTED_ORDER_UP_TO:
+            return _descending_order_by_counting(sort_labels + keys)
         return ops.argsort(-(sort_labels + keys), axis=-1)
 
     def by_key_then_label():
@@ -665,6 +669,25 @@ def plackett_luce_order(labels, mask, keys):
                                      ops.abs(labels) < LARGEST_EXACT_LABEL)
     return ops.cond(ops.all(ops.logical_or(small_integers, ops.logical_not(mask))),
                     by_label_plus_key, by_key_then_label)
+
+
+# Under XLA (whose sort is slow on CPU) lists of up to this static size are ordered by counting.
+COUNTED_ORDER_UP_TO = 128
+
+
+def _descending_order_by_counting(values):
+    """Returns what a stable descending argsort of `values` does, in O(L²) comparisons: x goes
+    to position #{y: v_y > v_x, or v_y = v_x and y before x}. Under XLA on CPU, ListMLE's
+    forward+backward ran 1.2× (list 10) and 1.5× (list 100) faster this way than with its
+    sort, and 0.4× at list 1000."""
+    size = ops.shape(values)[1]
+    index = ops.arange(size)
+    value_k, value_j = ops.expand_dims(values, 2), ops.expand_dims(values, 1)  # [b, k, j]
+    ahead = ops.logical_or(value_j > value_k, ops.logical_and(
+        value_j == value_k, ops.expand_dims(index, 0) < ops.expand_dims(index, 1)))
+    position = ops.sum(ops.cast(ahead, "int32"), axis=-1)  # of document k
+    placed = ops.expand_dims(position, 1) == ops.reshape(index, (1, size, 1))  # [b, p, k]
+    return ops.sum(ops.where(placed, ops.reshape(index, (1, 1, size)), 0), axis=-1)
 
 
 def _add_next_block(width, high, total):

@@ -17,12 +17,15 @@ def test_exact_ranks_sort_descending_and_keep_list_order_on_ties():
                                   [[4, 1, 3, 2]])
 
 
-def test_exact_ranks_are_the_pairwise_count_with_ties_padding_and_infinities():
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_exact_ranks_are_the_pairwise_count_with_ties_padding_and_infinities(mode):
+    """Sorted, or under XLA counted; the ranks are read back from the gradient of Σ π(x)·s_x
+    (positions carry no gradient)."""
     rng = np.random.default_rng(5)
     scores = rng.integers(-3, 3, size=(32, 9)).astype(np.float32)  # many ties
     scores[rng.random(scores.shape) < 0.1] = -np.inf
     mask = rng.random(scores.shape) < 0.8  # padding anywhere in the list
-    ranks = to_numpy(rank_ops.exact_ranks(scores, mask))
+    _, ranks = loss_and_grad(lambda y, s: rank_ops.exact_ranks(s, mask) * s, None, scores, mode)
     for b in range(32):
         for x in np.flatnonzero(mask[b]):
             above = [y for y in np.flatnonzero(mask[b])

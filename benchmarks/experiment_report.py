@@ -133,6 +133,7 @@ def write(studies, cache: Path, out: Path, datasets, folds, seeds, epochs) -> Pa
         parts.append(_bruch(rows["bruch_alpha"], rows["bruch_depth"], dataset, folds, out))
         parts.append(_direct(rows["direct"], rows["chen"], dataset, folds))
         parts.append(_lightgbm(rows, dataset, folds))
+        parts.append(_precision(rows["precision"], dataset, folds))
         if dataset == "MQ2008":
             parts.append(_letor_convention(rows["chen"] + rows["lightgbm"], folds))
         parts.append(_tightness(rows["bruch_alpha"][ex.BRUCH_ALPHAS.index(10.0)], dataset,
@@ -227,6 +228,18 @@ def _bruch(alphas, depths, dataset, folds, out):
         if png:
             lines.append(f"\n![{dataset} {name}](results/{png.name})")
     return "\n".join(lines) + "\n"
+
+
+def _precision(rows, dataset, folds):
+    full, mixed = rows
+    measures = ("ndcg@5", "ndcg@10", "map")
+    return "\n".join([
+        "### Training in bfloat16 (`--mixed-precision`) vs float32\n",
+        "`python -m benchmarks.experiments run --study precision --dataset " + dataset + "`\n",
+        table(rows, folds, measures), "",
+        "| comparison | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|",
+        "| bfloat16 − float32 | " + " | ".join(
+            _fmt_test(paired(mixed, full, folds, m)) for m in measures) + " |"]) + "\n"
 
 
 def _plot(rows, xs, xlabel, folds, path, title, log):

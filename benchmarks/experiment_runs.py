@@ -33,16 +33,21 @@ class Run:
     loss: str  # a tfapprox loss name; AdaRank's measure (ndcg, map); "lambdarank" for LightGBM
     params: tuple[tuple[str, Any], ...] = ()  # loss parameters (LightGBM: its parameters)
     epochs: int = 40
+    precision: str = "float32"  # or "mixed_bfloat16": the trainer's --mixed-precision on CPU
 
     def label(self) -> str:
         """Returns the configuration without fold and seed, e.g. `B64 approx_ndcg(alpha=10)`."""
-        return f"{self.model} {self.loss}({', '.join(f'{k}={v}' for k, v in self.params)})"
+        mixed = "" if self.precision == "float32" else f" {self.precision}"
+        return f"{self.model} {self.loss}({', '.join(f'{k}={v}' for k, v in self.params)}){mixed}"
 
     def cache_path(self, cache: Path) -> Path:
-        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
-        digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+        fields = dataclasses.asdict(self)
+        if self.precision == "float32":  # runs cached before precision was a field keep their name
+            del fields["precision"]
+        digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
         params = ",".join(f"{k}={v}" for k, v in self.params) or "default"
-        return (cache / self.dataset / self.model / f"{self.loss}-{params}-e{self.epochs}"
+        mixed = "" if self.precision == "float32" else f"-{self.precision}"
+        return (cache / self.dataset / self.model / f"{self.loss}-{params}-e{self.epochs}{mixed}"
                 / f"Fold{self.fold}-seed{self.seed}-{digest}.json")
 
 
@@ -117,6 +122,7 @@ def _neural(run: Run, files: dict[str, Path], scratch: Path) -> dict[str, Any]:
            if run.model == "adarank" else
            {"model.preset": run.model, "loss.name": run.loss, "loss.params": dict(run.params)}),
         "train.seed": run.seed, "train.epochs": run.epochs,
+        "runtime.mixed_precision": run.precision != "float32",
         "train.patience": max(run.epochs // 4, 2), "train.select_metric": SELECT_METRIC,
         "train.run_dir": str(scratch / run.cache_path(Path()).with_suffix("")),
         "export.enabled": False,

@@ -18,6 +18,7 @@ Studies (`--study`, any subset):
   yilmaz       train on AP, P@10, NDCG, NDCG@10 -> test on AP, P@10, NDCG@10 (Yilmaz & Robertson)
   bruch_alpha  ApproxNDCG with α ∈ {1, 5, 10, 20, 50, 100} (Bruch et al., SIGIR 2019)
   bruch_depth  ApproxNDCG α = 10 with B64 ... B1024
+  precision    B64 ApproxNDCG α = 10 trained in float32 and with --mixed-precision (bfloat16)
   lightgbm     LightGBM lambdarank, lr 0.05, leaves ∈ {15, 31, 63}, early stopping on vali NDCG@10
   direct       the other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, PermuRank (B64)
                and AdaRank.NDCG / AdaRank.MAP (linear, boosted single features)
@@ -59,11 +60,13 @@ class Setting:
     loss: str
     params: tuple = ()
     grid: tuple = ()  # ((name, (values...)), ...)
+    precision: str = "float32"  # or "mixed_bfloat16"
 
     def label(self) -> str:
         fixed = ", ".join(f"{k}={v}" for k, v in self.params)
         grid = ", ".join(f"{k}∈{{{', '.join(map(str, v))}}}" for k, v in self.grid)
-        return f"{self.model} {self.loss}({', '.join(x for x in (fixed, grid) if x)})"
+        mixed = "" if self.precision == "float32" else f" {self.precision}"
+        return f"{self.model} {self.loss}({', '.join(x for x in (fixed, grid) if x)}){mixed}"
 
     def first_point_only(self) -> "Setting":
         """The setting with each grid axis cut to its first value (for the smoke run)."""
@@ -98,6 +101,8 @@ def studies(first_points_only: bool = False) -> dict[str, list[Setting]]:
                    Setting("B64", "approx_ndcg", (("topk", 10),), ALPHA_BETA)],
         "bruch_alpha": [Setting("B64", "approx_ndcg", (("alpha", a),)) for a in BRUCH_ALPHAS],
         "bruch_depth": [Setting(p, "approx_ndcg", (("alpha", 10.0),)) for p in BRUCH_PRESETS],
+        "precision": [Setting("B64", "approx_ndcg", (("alpha", 10.0),), precision=precision)
+                      for precision in ("float32", "mixed_bfloat16")],
         "lightgbm": [Setting("lightgbm", "lambdarank", grid=(("num_leaves", (15, 31, 63)),))],
         "direct": [Setting("B64", loss) for loss in ("lambdarank", "softrank", "svm_map",
                                                      "permurank")]
@@ -117,7 +122,8 @@ def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int):
     from benchmarks.experiment_runs import Run
 
     rounds = LIGHTGBM_ROUNDS if setting.model == "lightgbm" else epochs
-    return [Run(dataset, fold, seed, setting.model, setting.loss, point, rounds)
+    return [Run(dataset, fold, seed, setting.model, setting.loss, point, rounds,
+                setting.precision)
             for fold in folds for seed in seeds for point in setting.points()]
 
 

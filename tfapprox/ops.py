@@ -219,11 +219,18 @@ def _only_if(needed, compute, *inputs):
     return ops.fori_loop(0, ops.cast(needed, "int32"), step_once, ops.zeros_like(inputs[0]))
 
 
+def _first_or_fallback(use_first, first, fallback, *inputs):
+    """Returns `first(*inputs)` where the bool scalar `use_first` is True, else
+    `fallback(*inputs)`, the latter computed only for batches that need it (`_only_if`)."""
+    return ops.where(use_first, first(*inputs),
+                     _only_if(ops.logical_not(use_first), fallback, *inputs))
+
+
 def _factored_or_per_pair(fits, of, by_factors, by_pairs, *inputs):
     """Returns `of(by_factors, *inputs)` where the bool scalar `fits` is True, else
-    `of(by_pairs, *inputs)`, the latter computed only for batches that need it (`_only_if`)."""
-    return ops.where(fits, of(by_factors, *inputs), _only_if(
-        ops.logical_not(fits), lambda *shifted: of(by_pairs, *shifted), *inputs))
+    `of(by_pairs, *inputs)` (`_first_or_fallback`)."""
+    return _first_or_fallback(fits, lambda *given: of(by_factors, *given),
+                              lambda *given: of(by_pairs, *given), *inputs)
 
 
 def _exponential_factors(values):
@@ -537,11 +544,11 @@ def ideal_positions(labels, mask, pairwise="auto"):
     #{y: l_y > l_x} = n_{≥ l_x + 1}. Other labels take a pairwise count, dense or in blocks of
     columns as `pairwise` says (as the pair sums of the losses are), so a long list never holds
     its `[L, L]` comparisons at once; under XLA it runs only for batches that need it
-    (`_only_if`), elsewhere in an `ops.cond`.
+    (`_first_or_fallback`), elsewhere in an `ops.cond`.
     """
     real_labels = ops.where(mask, labels, float("-inf"))
 
-    def by_counting():  # n_{≥ l_x + 1}, picked by comparing with each grade (no gather)
+    def by_counting(real_labels):  # n_{≥ l_x + 1}, picked by comparing with each grade
         at_least = ops.cast(_count_at_least_each_grade(real_labels), COMPUTE_DTYPE)
         grade_above = ops.expand_dims(ops.where(mask, labels + 1.0, 0.0), 2)
         grades = ops.cast(ops.arange(GRADES + 1), COMPUTE_DTYPE)
@@ -560,9 +567,8 @@ def ideal_positions(labels, mask, pairwise="auto"):
 
     graded = _all_graded(ops.where(mask, labels, 0.0))
     if _compiled_by_xla():
-        return 1.0 + ops.where(graded, by_counting(), _only_if(
-            ops.logical_not(graded), by_pairs, real_labels))
-    return 1.0 + ops.cond(graded, by_counting, lambda: by_pairs(real_labels))
+        return 1.0 + _first_or_fallback(graded, by_counting, by_pairs, real_labels)
+    return 1.0 + ops.cond(graded, lambda: by_counting(real_labels), lambda: by_pairs(real_labels))
 
 
 # Graded labels: integers 0 ≤ l < GRADES, whose ideal DCG is counted per grade instead of sorted.
@@ -678,8 +684,7 @@ COUNTED_ORDER_UP_TO = 128
 
 
 def _counted_order_applies(values):
-    """Whether `values` [B, L] are ordered by counting: under XLA (whose sort is slow on CPU),
-    for a static L ≤ COUNTED_ORDER_UP_TO."""
+    """Whether `values` [B, L] are ordered by counting (`_descending_positions_by_counting`)."""
     return (_compiled_by_xla() and values.shape[1] is not None
             and values.shape[1] <= COUNTED_ORDER_UP_TO)
 
@@ -698,7 +703,7 @@ def _descending_positions_by_counting(values):
 
 
 def _descending_order_by_counting(values):
-    """Returns what a stable descending argsort of `values` does (NaN last), by counting."""
+    """Returns what a stable descending argsort of `values` does (NaN as −inf), by counting."""
     index = ops.arange(ops.shape(values)[1])
     placed = (ops.expand_dims(_descending_positions_by_counting(values), 1)
               == ops.reshape(index, (1, -1, 1)))  # [b, position, document]

@@ -50,7 +50,7 @@ class Positions:
         order, before y's own place: O(L log L) (padded x have r(x) = 0).
         """
         if self.beta is not None:
-            positions = -self.beta * self.ranks  # span β·(L − 1): too wide to factor
+            positions = -self.beta * self.ranks  # span β·(L − 1): fits 174 only in short lists
             return (rank_ops.sigmoid_pair_sums(positions, relevance, self.pairwise,
                                                factored=False) - 0.5 * relevance)
         place = ops.cast(self.ranks, "int32") - 1

@@ -9,14 +9,13 @@ value averaged over the seeds both have (scipy.stats.ttest_rel, two-sided).
 from __future__ import annotations
 
 import datetime
-import json
 import platform
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks import experiments as ex
-from benchmarks.experiment_runs import METRICS, SELECT_METRIC
+from benchmarks.experiment_runs import METRICS, SELECT_METRIC, read_cached
 
 PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
     "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),
@@ -26,16 +25,15 @@ PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10
 class Selected:
     """One setting on one dataset: per (fold, seed) the selected run's per-query test values."""
 
-    def __init__(self, setting, dataset, cache, folds, seeds, epochs):
+    def __init__(self, setting, dataset, cache, folds, seeds, epochs, say):
         self.setting, self.dataset = setting, dataset
         self.planned = len(folds) * len(seeds)
         self.by_fold_seed = {}
         for fold in folds:
             for seed in seeds:
                 points = ex.runs_of(setting, dataset, [fold], [seed], epochs)
-                found = [json.loads(p.read_text()) for p in
-                         (run.cache_path(cache) for run in points) if p.exists()]
-                if len(found) == len(points):  # every grid point, or the choice is not made
+                found = [read_cached(run.cache_path(cache), say) for run in points]
+                if None not in found:  # every grid point, or the choice is not made
                     self.by_fold_seed[fold, seed] = max(
                         found, key=lambda r: r["validation"][SELECT_METRIC])
 
@@ -117,12 +115,15 @@ def table(rows, folds, metrics=METRICS, zero_empty=False, names=None):
     return "\n".join(lines)
 
 
-def write(studies, cache: Path, out: Path, datasets, folds, seeds, epochs) -> Path:
+def write(studies, cache: Path, out: Path, datasets, folds, seeds, epochs, say=print) -> Path:
     """Writes `out/results.md` and `out/results/*.png` for `studies` (as from
-    `experiments.studies`); returns the markdown's path."""
+    `experiments.studies`); returns the markdown's path. `say` gets one line for each unreadable
+    cache file."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results").mkdir(exist_ok=True)
-    pick = lambda s, d: Selected(s, d, cache, folds, seeds, epochs)  # noqa: E731
+    unreadable = {}  # one line per file, though several tables read it
+    pick = lambda s, d: Selected(s, d, cache, folds, seeds, epochs,  # noqa: E731
+                                 unreadable.setdefault)
     parts = [_header(datasets, folds, seeds, epochs)]
     for dataset in datasets:
         parts.append(f"\n## {dataset}\n")
@@ -138,6 +139,8 @@ def write(studies, cache: Path, out: Path, datasets, folds, seeds, epochs) -> Pa
             parts.append(_letor_convention(rows["chen"] + rows["lightgbm"], folds))
         parts.append(_tightness(rows["bruch_alpha"][ex.BRUCH_ALPHAS.index(10.0)], dataset,
                                 folds, out))
+    for line in unreadable:
+        say(line)
     path = out / "results.md"
     path.write_text("\n".join(parts) + "\n")
     return path

@@ -13,7 +13,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -49,6 +49,25 @@ class Run:
         mixed = "" if self.precision == "float32" else f"-{self.precision}"
         return (cache / self.dataset / self.model / f"{self.loss}-{params}-e{self.epochs}{mixed}"
                 / f"Fold{self.fold}-seed{self.seed}-{digest}.json")
+
+
+def read_cached(path: Path, say: Callable[[str], None]) -> dict[str, Any] | None:
+    """Returns the result cached at `path`; None when there is none, or when the file holds no
+    complete result (empty, cut short, not a result): then `say` gets one line naming it."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        result = json.loads(text)
+    except json.JSONDecodeError as err:
+        problem = "empty" if not text.strip() else str(err)
+    else:
+        if isinstance(result, dict) and {"validation", "qids", "test"} <= result.keys():
+            return result
+        problem = "no validation, qids and test"
+    say(f"unreadable cached run, counted as not run: {path} ({problem})")
+    return None
 
 
 def fold_files(folds_root: Path, run: Run) -> dict[str, Path]:

@@ -50,6 +50,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = ("OHSUMED", "MQ2008")
+FOLDS = (1, 2, 3, 4, 5)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,11 +131,11 @@ def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int):
 def run_all(settings, datasets, folds, seeds, epochs, cache: Path, folds_root: Path,
             scratch: Path) -> None:
     """Executes every missing run, caching each as soon as it finishes."""
-    from benchmarks.experiment_runs import execute
+    from benchmarks.experiment_runs import execute, read_cached
 
     planned = list(dict.fromkeys(run for dataset in datasets for setting in settings
                                  for run in runs_of(setting, dataset, folds, seeds, epochs)))
-    missing = [run for run in planned if not run.cache_path(cache).exists()]
+    missing = [run for run in planned if read_cached(run.cache_path(cache), print) is None]
     print(f"{len(planned)} runs planned, {len(planned) - len(missing)} cached, "
           f"{len(missing)} to run", flush=True)
     for i, run in enumerate(missing, 1):
@@ -157,6 +158,18 @@ def write_folds(data: Path, root: Path, datasets) -> Path:
     return root
 
 
+def _counting_from(minimum: int):
+    """Returns an argparse type: an integer of at least `minimum`."""
+    def convert(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+        return value
+
+    convert.__name__ = "integer"  # argparse names it in "invalid integer value"
+    return convert
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.experiments", description=__doc__,
@@ -166,24 +179,36 @@ def main(argv=None) -> int:
     parser.add_argument("--dataset", nargs="+", choices=DATASETS, default=list(DATASETS))
     parser.add_argument("--loss", nargs="+",
                         help="run only the studies' settings with these losses (or measures)")
-    parser.add_argument("--folds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=NEURAL_EPOCHS)
+    parser.add_argument("--folds", type=int, nargs="+", choices=FOLDS, default=list(FOLDS),
+                        metavar="FOLD", help="folds 1 to 5 (default: all)")
+    parser.add_argument("--seeds", type=_counting_from(0), nargs="+", default=[0, 1, 2])
+    parser.add_argument("--epochs", type=_counting_from(1), default=NEURAL_EPOCHS)
     parser.add_argument("--cache", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--out", type=Path, default=REPO / "docs",
-                        help="where results.md and results/*.png go")
+    parser.add_argument("--out", type=Path,
+                        help="where results.md and results/*.png go (default: docs/; with "
+                             "--smoke, the temporary directory)")
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data",
                         help="the shared LETOR data (MQ2008/, OHSUMED/, make_folds.sh)")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "experiments",
                         help="fold files, converted records and checkpoints (not kept)")
     parser.add_argument("--smoke", action="store_true",
                         help="Fold1, seed 0, 1 epoch, each grid cut to its first point, on "
-                             "OHSUMED, into temp dirs; then the report")
+                             "OHSUMED, with cache and work in a temporary directory that is "
+                             "removed at the end; then the report")
     args = parser.parse_args(argv)
-    if args.smoke:
-        temp = Path(tempfile.mkdtemp(prefix="tfapprox-experiments-"))
+    if args.command == "run" and not (args.data / "make_folds.sh").is_file():
+        parser.error(f"--data {args.data}: no make_folds.sh there")
+    if not args.smoke:
+        args.out = args.out or REPO / "docs"
+        return _execute(args)
+    with tempfile.TemporaryDirectory(prefix="tfapprox-experiments-") as temp:
         args.folds, args.seeds, args.epochs, args.dataset = [1], [0], 1, ["OHSUMED"]
-        args.cache, args.out, args.work = temp / "cache", temp / "docs", temp / "work"
+        args.cache, args.work = Path(temp) / "cache", Path(temp) / "work"
+        args.out = args.out or Path(temp) / "docs"
+        return _execute(args)
+
+
+def _execute(args) -> int:
     chosen = studies(first_points_only=args.smoke)
     if args.command == "run":
         settings = list(dict.fromkeys(s for name in args.study for s in chosen[name]

@@ -72,11 +72,69 @@ def test_every_flag_lands_in_its_field(tmp_path):
     assert resolve(["--list-size", "full"]).data.list_size is None
 
 
-def test_data_flags_replace_each_other(tmp_path):
+def test_a_split_file_named_on_the_command_line_wins_for_its_split(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"data": {"dir": "folds/Fold1"}}))
+    path.write_text(yaml.safe_dump({"data": {"dir": "folds/Fold1", "test": ["old_test.txt"]}}))
     config = resolve(["--config", str(path), "--train", "a.txt", "--vali", "b.txt"])
-    assert config.data.dir is None and config.data.train == ["a.txt"]
+    assert (config.data.dir, config.data.train, config.data.vali) == ("folds/Fold1", ["a.txt"], ["b.txt"])
+    assert config.data.test == ["old_test.txt"]
+    # --data-dir replaces the config's split files, but not the command line's own
+    config = resolve(["--config", str(path), "--data-dir", "Fold2", "--test", "other.txt"])
+    assert (config.data.dir, config.data.train, config.data.test) == ("Fold2", None, ["other.txt"])
+    config = resolve(["--test", "other.txt", "--data-dir", "Fold2"])
+    assert config.data.test == ["other.txt"]
+
+
+def test_print_config_shows_the_test_file_that_will_be_read(capsys):
+    assert main(["train", "--data-dir", "Fold1", "--test", "other.txt", "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["data"]["dir"] == "Fold1" and printed["data"]["test"] == ["other.txt"]
+
+
+def test_each_split_is_read_from_its_own_file_else_the_data_directory(tmp_path):
+    from trainer import data
+
+    fold = tmp_path / "Fold1"
+    fold.mkdir()
+    for name in ("train.txt", "vali.txt", "test.txt"):
+        (fold / name).write_text("1 qid:1 1:0.5\n")
+    (tmp_path / "other.txt").write_text("1 qid:1 1:0.5\n")
+    config = config_lib.DataConfig(dir=str(fold), test=[str(tmp_path / "other.txt")])
+    sources = data._sources(config, demo=lambda: pytest.fail("the demo set is not needed"))
+    assert sources == {"train": [str(fold / "train.txt")], "vali": [str(fold / "vali.txt")],
+                       "test": [str(tmp_path / "other.txt")]}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1e-3", 0.001), ("1E5", 100000.0), ("-2.5e+2", -250.0), ("1.0e3", 1000.0), (".5e1", 5.0),
+    ("10", 10), ("0.05", 0.05), ("1e", "1e"), ("abc", "abc"),
+])
+def test_numbers_are_read_as_users_write_them(tmp_path, text, expected):
+    assert config_lib.parse_assignment(f"sigma={text}") == ("sigma", expected)
+    assert config_lib.parse_grid_axis(f"optimizer.learning_rate={text},1e-2")[1] == [expected, 0.01]
+    path = tmp_path / "c.yaml"
+    path.write_text(f"loss:\n  params:\n    sigma: {text}\n")
+    assert config_lib.load_dict(str(path))["loss"]["params"]["sigma"] == expected
+
+
+def test_a_learning_rate_in_exponent_notation_trains(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("optimizer:\n  learning_rate: 1e-3\n")
+    assert resolve(["--config", str(path)]).optimizer.learning_rate == 0.001
+    assert resolve(["cv", "--grid", "optimizer.learning_rate=1e-3,1e-2"]).cv.grid == {
+        "optimizer.learning_rate": [0.001, 0.01]}
+
+
+@pytest.mark.parametrize("suffix, text", [
+    (".yaml", "train:\n  epochs: 3\n  epochs: 5\n"),
+    (".yaml", "train:\n  epochs: 3\ntrain:\n  seed: 1\n"),
+    (".json", '{"train": {"epochs": 3, "epochs": 5}}'),
+])
+def test_a_key_given_twice_in_a_config_file_is_an_error(tmp_path, suffix, text):
+    path = tmp_path / f"c{suffix}"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"{path}.*given twice"):
+        config_lib.load_dict(str(path))
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -86,6 +144,7 @@ def test_data_flags_replace_each_other(tmp_path):
     ({"model.dropout": 1.5}, "model.dropout must be in [0, 1)"),
     ({"runtime.strategy": "tpu"}, "runtime.strategy"),
     ({"data.train": ["t.txt"]}, "data.train needs data.vali"),
+    ({"data.list_size": 1}, "data.list_size must be >= 2 .one document has nothing to rank"),
 ])
 def test_bad_values_name_the_field(overrides, message):
     with pytest.raises((KeyError, ValueError), match=message.replace("[", r"\[").replace(")", r"\)")):

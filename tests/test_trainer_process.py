@@ -41,6 +41,18 @@ def run_env(**extra):
     return {**env, **extra}
 
 
+def wait_for_checkpoint(process, run_dir, epoch):
+    """Returns once `process` has checkpointed `epoch` epochs in `run_dir` (at most 300 s)."""
+    deadline = time.monotonic() + 300
+    while True:
+        state = checkpoint.load(run_dir).state if checkpoint.path_in(run_dir).exists() else None
+        if state is not None and state.epoch >= epoch:
+            return
+        assert process.poll() is None, f"the run ended before epoch {epoch}:\n{process.stderr.read()}"
+        assert time.monotonic() < deadline, f"no checkpoint of epoch {epoch} within 300 s"
+        time.sleep(0.05)
+
+
 def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
     epochs = 8
     config = write_config(tmp_path, epochs=epochs)
@@ -49,14 +61,7 @@ def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
     process = subprocess.Popen(command, cwd=tmp_path, env=run_env(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            state = checkpoint.load(run_dir).state if checkpoint.path_in(run_dir).exists() else None
-            if state is not None and state.epoch >= 2:
-                break
-            assert process.poll() is None, f"the run ended before it was killed:\n{process.stderr.read()}"
-            assert time.monotonic() < deadline, "no checkpoint of epoch 2 within 300 s"
-            time.sleep(0.05)
+        wait_for_checkpoint(process, run_dir, epoch=2)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=60)
     finally:
@@ -78,6 +83,27 @@ def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
     assert results["epochs_run"] == epochs and len(results["history"]) == epochs
     assert results["history"][: at_kill.epoch] == at_kill.history
     assert "| ndcg@5 |" in rerun.stdout
+
+
+def test_ctrl_c_is_one_line_and_leaves_a_resumable_run(tmp_path):
+    config = write_config(tmp_path, epochs=50)
+    run_dir = tmp_path / "run"
+    command = trainer_command("--config", str(config), "--run-dir", str(run_dir))
+    process = subprocess.Popen(command, cwd=tmp_path, env=run_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_checkpoint(process, run_dir, epoch=1)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, err[-3000:]
+    epochs_done = checkpoint.load(run_dir).state.epoch
+    assert err.strip().splitlines() == [
+        f"python -m trainer train: interrupted after epoch {epochs_done}; rerun the same command "
+        "to resume"]
 
 
 # What TensorFlow logs at start-up on a machine without a GPU, though nothing is wrong.
@@ -104,7 +130,8 @@ def test_command_lines_keep_tensorflow_start_up_quiet(tmp_path):
 # Holds a run directory's lock, as a trainer training in it does, until killed.
 HOLD_RUN_DIR = """
 import sys, time
-from trainer import run_lock
+from trainer import run_files, run_lock
+run_files.claim(sys.argv[1])
 with run_lock.hold(sys.argv[1]):
     print("holding", flush=True)
     time.sleep(600)
@@ -132,7 +159,7 @@ def test_a_second_trainer_on_a_run_dir_in_use_is_refused(tmp_path):
     assert "Traceback" not in second.stderr
     assert str(run_dir) in message and "in use by another trainer" in message
     assert f"pid {holder.pid} on host {socket.gethostname()}" in message
-    assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]  # nothing trained or written
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock", ".tfapprox-run"]  # nothing trained
 
     # The kernel released the killed holder's lock: the directory is free again.
     with run_lock.hold(run_dir):

@@ -7,7 +7,6 @@ metrics and exports `saved_models/tfapprox_demo/<version>/`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -104,10 +103,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--data-dir", help="LETOR fold directory (train.txt, vali.txt, test.txt); for cv a "
                    "set directory with S1..S5.txt or Fold1..Fold5/")
     g.add_argument("--train", dest="train_files", nargs="+", action="extend", metavar="PATH",
-                   help="training files or globs: LETOR text (*.txt) or ELWC TFRecords (repeatable)")
+                   help="training files or globs: LETOR text (*.txt) or ELWC TFRecords (repeatable); "
+                   "--train, --vali and --test each replace the --data-dir file of their split")
     g.add_argument("--vali", dest="vali_files", nargs="+", action="extend", metavar="PATH")
     g.add_argument("--test", dest="test_files", nargs="+", action="extend", metavar="PATH")
-    g.add_argument("--num-features", type=int, help="feature count (needed for TFRecords)")
+    g.add_argument("--num-features", type=int, help="feature count (needed for TFRecords, and for "
+                   "sparse text whose splits' highest feature indices differ)")
     g.add_argument("--list-size", type=_list_size,
                    help="training list size (lists cut/padded to it); 'full' keeps whole lists")
 
@@ -142,9 +143,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="reported metrics, comma-separated (repeatable)")
 
     g = common.add_argument_group("run")
-    g.add_argument("--run-dir", help="checkpoint, TensorBoard logs and results (default runs/demo)")
+    g.add_argument("--run-dir", help="checkpoint, TensorBoard logs and results (default runs/demo); "
+                   "a new or empty directory, or one the trainer made")
     g.add_argument("--fresh", action="store_true",
-                   help="discard the run directory's checkpoint instead of resuming from it")
+                   help="discard the run directory's checkpoint, results and logs instead of "
+                   "resuming (other files in it are kept)")
     g.add_argument("--strategy", choices=config_lib.STRATEGIES,
                    help="tf.distribute strategy; multi_worker reads TF_CONFIG")
     g.add_argument("--mixed-precision", action="store_true", default=None,
@@ -199,10 +202,9 @@ def _overrides(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]
             key, values = config_lib.parse_grid_axis(axis)
             grid[key] = values
         overrides["cv.grid"] = grid
-    if args.data_dir is not None:
-        overrides.update({"data.train": None, "data.vali": None, "data.test": None})
-    if args.train_files is not None:
-        overrides["data.dir"] = None
+    if args.data_dir is not None:  # replaces the config's split files, not the command line's
+        for split in ("train", "vali", "test"):
+            overrides.setdefault(f"data.{split}", None)
     return overrides
 
 
@@ -262,7 +264,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             FloatingPointError) as err:
         sys.stderr.write(_error_line(args.command, err))
         return 1
+    except KeyboardInterrupt as interrupt:
+        sys.stderr.write(_interrupted_line(args.command, interrupt))
+        return 130
     return 0
+
+
+def _interrupted_line(command: str, interrupt: KeyboardInterrupt) -> str:
+    from trainer import train
+
+    if command not in ("train", "cv"):
+        return f"python -m trainer {command}: interrupted\n"
+    when = (f"after epoch {interrupt.epochs_done}" if isinstance(interrupt, train.Interrupted)
+            else "before an epoch ended")
+    return f"python -m trainer {command}: interrupted {when}; rerun the same command to resume\n"
 
 
 def _check(command: str, config: config_lib.Config, dist) -> None:
@@ -288,19 +303,18 @@ def _error_line(command: str, err: BaseException) -> str:
 
 
 def _run(args: argparse.Namespace, config: config_lib.Config, dist) -> None:
-    from trainer import cv, data, train
+    from trainer import cv, data, run_files, train
 
     if args.command == "train":
         train.train(config, fresh=args.fresh, dist=dist)
     elif args.command == "evaluate":
+        run_dir = run_files.check_claimed(config.train.run_dir)
         splits = data.resolve(config.data, print_fn=print)
         results = train.evaluate(config, splits)
-        out = Path(config.train.run_dir) / "evaluation.json"
-        out.write_text(json.dumps(results, indent=2) + "\n")
+        train.write_json(run_dir / "evaluation.json", results)
     elif args.command == "export":
-        num_features = config.data.num_features or data.resolve(config.data).num_features
-        built = train.restore_best(config, num_features)
-        print(f"Exported {train.export(built.eval_model, config, num_features)}")
+        built = train.restore_best(config)
+        print(f"Exported {train.export(built.eval_model, config, built.num_features)}")
     else:
         cv.run(config, fresh=args.fresh, dist=dist)
 

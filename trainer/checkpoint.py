@@ -3,7 +3,8 @@
 `checkpoint.npz` in the run directory holds everything needed to continue as if never stopped:
 the model's variables (weights, batch-norm moving averages, dropout seed state), the optimizer's
 variables (step count, accumulators), the best weights so far, and `RunState` (epochs done, best
-value and epoch, early-stopping counter, per-epoch history, config fingerprint) as JSON.
+value and epoch, early-stopping counter, per-epoch history, fingerprints of the config and of the
+training and validation data) as JSON.
 
 It is written to a temporary file in the same directory, flushed to disk, then renamed over the
 previous one: a kill at any instant leaves either the previous complete checkpoint or the new one.
@@ -40,6 +41,8 @@ class RunState:
     stopped_early: bool = False
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)
     fingerprint: str = ""  # of the training-relevant config; a resumed run must match it
+    num_features: int | None = None  # the model's input width
+    data: dict[str, list] = dataclasses.field(default_factory=dict)  # split -> data.fingerprint
 
     def record(self, logs: dict[str, float], value: float, patience: int) -> bool:
         """Appends one finished epoch; returns whether `value` is a new best (higher is better)."""

@@ -4,6 +4,9 @@ A run is described by one `Config`. It is built in three layers, later ones winn
 a named preset (`demo` unless told otherwise) or a YAML/JSON file, then command-line flags. Flags and
 the cross-validation grid both arrive as dotted keys (`loss.params.alpha=10`), so there is one
 override mechanism, `apply_overrides`.
+
+Files and flag values are read as users write them: `1e-3` is a number (PyYAML follows YAML 1.1,
+which reads it as a string), and a key given twice in one mapping is an error, as a repeated flag is.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 import types
 import typing
 from pathlib import Path
@@ -28,7 +32,8 @@ class DataConfig:
     """Where the lists come from. With no `dir`/`train` the package generates `synthetic` data."""
 
     dir: str | None = None  # a LETOR fold directory: train.txt, vali.txt, test.txt
-    train: list[str] | None = None  # files or globs: LETOR text (*.txt) or ELWC TFRecords
+    # Files or globs, LETOR text (*.txt) or ELWC TFRecords; each, when given, replaces dir's file.
+    train: list[str] | None = None
     vali: list[str] | None = None
     test: list[str] | None = None
     num_features: int | None = None  # required for TFRecords; read from LETOR text otherwise
@@ -158,8 +163,9 @@ def load_dict(source: str | None) -> dict[str, Any]:
     if path.is_file():
         text = path.read_text()
         try:
-            values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as err:
+            values = (json.loads(text, object_pairs_hook=_unique_keys) if path.suffix == ".json"
+                      else yaml.load(text, Loader=_Loader))
+        except (json.JSONDecodeError, yaml.YAMLError, ValueError) as err:
             raise ValueError(f"config file {path} is not valid {path.suffix or 'YAML'}: {err}") from None
         values = values or {}
         if not isinstance(values, dict):
@@ -225,7 +231,7 @@ def validate(config: Config) -> None:
         (config.train.epochs >= 1, "train.epochs", config.train.epochs, ">= 1"),
         (config.train.patience >= 0, "train.patience", config.train.patience, ">= 0"),
         (0.0 <= config.model.dropout < 1.0, "model.dropout", config.model.dropout, "in [0, 1)"),
-        (config.data.list_size is None or config.data.list_size >= 1, "data.list_size", config.data.list_size, ">= 1 or null"),
+        (config.data.list_size is None or config.data.list_size >= 2, "data.list_size", config.data.list_size, ">= 2 (one document has nothing to rank against) or null"),
         (config.data.num_features is None or config.data.num_features >= 1, "data.num_features", config.data.num_features, ">= 1 or null"),
         (_is_plain_name(config.export.name), "export.name", config.export.name, "a directory name without '/' that does not start with '.'"),
         (config.export.version is None or config.export.version >= 0, "export.version", config.export.version, ">= 0 or null"),
@@ -234,11 +240,7 @@ def validate(config: Config) -> None:
     for ok, field, value, expected in checks:
         if not ok:
             raise ValueError(f"{field} must be {expected}, got {value!r}")
-    if config.data.dir is not None and config.data.train is not None:
-        raise ValueError(
-            f"give data.dir ({config.data.dir!r}) or data.train ({config.data.train!r}), not both"
-        )
-    if config.data.train is not None and not config.data.vali:
+    if config.data.dir is None and config.data.train is not None and not config.data.vali:
         raise ValueError("data.train needs data.vali too: model selection runs on validation data")
 
 
@@ -248,9 +250,40 @@ def _is_plain_name(name: str) -> bool:
 
 def _parse_scalar(raw: str) -> Any:
     try:
-        return yaml.safe_load(raw)
+        return yaml.load(raw, Loader=_Loader)
     except yaml.YAMLError:
         return raw
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, with numbers in exponent notation (`1e-3`, `2E5`, `1.0e3`) read as
+    floats, and a key repeated within one mapping refused."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = []
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark)
+            seen.append(key)
+        return super().construct_mapping(node, deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads's object hook: a dict of `pairs`, refusing a key given twice."""
+    keys = [key for key, _ in pairs]
+    repeated = next((key for key in keys if keys.count(key) > 1), None)
+    if repeated is not None:
+        raise ValueError(f"key {repeated!r} is given twice")
+    return dict(pairs)
 
 
 def _unknown_key(dotted: str, prefix: str, node: Any) -> str:

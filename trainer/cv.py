@@ -4,7 +4,8 @@ For each fold, every grid point (a combination of values for dotted config keys,
 `loss.params.alpha` × `loss.params.beta`) is trained as its own resumable run in
 `<out>/FoldN/<point>/`; the point with the best validation value of `train.select_metric` is
 selected and its test metrics are that fold's result. Rerunning the same command skips finished
-runs and resumes an interrupted one.
+runs and resumes an interrupted one. `<out>` is a directory the trainer made, as a run directory is
+(trainer.run_files).
 
 Writes `<out>/cv_results.json` (per fold: selected point, validation and test metrics, every
 point's validation value; mean and std of the test metrics over folds) and `<out>/cv_results.md`.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import re
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any, Callable
 import keras
 
 from trainer import config as config_lib
-from trainer import data, distribute, train
+from trainer import data, distribute, run_files, train
 from trainer.config import Config
 
 Printer = Callable[[str], None]
@@ -93,8 +93,8 @@ def run(config: Config, *, fresh: bool = False, print_fn: Printer = print,
     `dist` is made from `config.runtime.strategy` when None.
     """
     runs = plan(config)
-    out_dir = Path(config.cv.out_dir)
     dist = dist or distribute.make(config.runtime.strategy)
+    out_dir = run_files.claim(config.cv.out_dir) if dist.is_chief else Path(config.cv.out_dir)
     select = config.train.select_metric
     candidates: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
     for fold_run in runs:
@@ -126,10 +126,9 @@ def run(config: Config, *, fresh: bool = False, print_fn: Printer = print,
         "std": _aggregate(per_fold, _std),
     }
     if dist.is_chief:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "cv_results.json").write_text(json.dumps(summary, indent=2) + "\n")
+        train.write_json(out_dir / "cv_results.json", summary)
         table = markdown(summary)
-        (out_dir / "cv_results.md").write_text(table + "\n")
+        run_files.write_text(out_dir / "cv_results.md", table + "\n")
         print_fn("\n" + table)
         print_fn(f"\nWrote {out_dir / 'cv_results.json'} and {out_dir / 'cv_results.md'}")
     return summary

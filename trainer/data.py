@@ -1,11 +1,16 @@
 """Where a run's lists come from: LETOR folds, TFRecords, or generated demo data, as tf.data.
 
 `resolve` turns the `data` section of the config into `Splits`: TFRecord files per split plus the
-feature count and the number of training lists. LETOR text is converted once into
-`<cache_dir>/records/<key>/` (key: the source files' paths, sizes and mtimes), so each epoch's
-dataset is cheap to build; with no data given, `<cache_dir>/demo-<key>/{train,vali,test}.txt` is
-generated first by `tfapprox.data.write_splits`. Cache entries are written to a temporary directory
-and renamed into place, so concurrent workers and killed runs never see half of one.
+feature count and the number of training lists. A split's files are the ones named for it
+(`data.train`, `data.vali`, `data.test`), else the data directory's (`data.dir`), else the generated
+demo set's: a file named explicitly always wins for its split. Every split must have the training
+split's feature count, unless `data.num_features` says how wide sparse files are.
+
+LETOR text is converted once into `<cache_dir>/records/<key>/` (key: the source files' paths, sizes
+and mtimes), so each epoch's dataset is cheap to build; with no data given,
+`<cache_dir>/demo-<key>/{train,vali,test}.txt` is generated first by `tfapprox.data.write_splits`.
+Cache entries are written to a temporary directory and renamed into place, so concurrent workers and
+killed runs never see half of one; a killed process's temporary directory is removed by the next.
 
 Training batches for epoch e are shuffled with a seed drawn from `(seed, e)`: a resumed run sees the
 same order as an uninterrupted one. Under a multi-worker strategy every worker builds the same
@@ -22,6 +27,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,7 +50,8 @@ _PART = re.compile(r"^S([1-5])\.txt(\.gz)?$", re.IGNORECASE)
 
 Printer = Callable[[str], None]
 
-_SPLIT_NAMES = {"train": "training", "vali": "validation", "test": "test"}
+SPLITS = ("train", "vali", "test")
+SPLIT_NAMES = {"train": "training", "vali": "validation", "test": "test"}
 
 
 class NoRelevantDocument(ValueError):
@@ -59,30 +67,19 @@ class Splits:
     test: list[str] | None
     num_features: int
     num_train_lists: int
+    fingerprints: dict[str, list] = dataclasses.field(default_factory=dict)  # split -> fingerprint
 
 
 def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
     """Returns the `Splits` of `config`, generating and converting into the cache as needed."""
-    from tfapprox.data import describe
-
     cache = Path(config.cache_dir)
-    if config.train is not None:
-        sources = {"train": config.train, "vali": config.vali, "test": config.test}
-    else:
-        if config.dir is not None:
-            found = _split_files(config.dir)
-        else:
-            found = _demo_splits(cache, {**DEMO_DATA, **config.synthetic}, print_fn)
-        sources = {split: [str(found[split])] if split in found else None
-                   for split in ("train", "vali", "test")}
-    sources = {split: paths for split, paths in sources.items() if paths}
+    sources = _sources(config, lambda: _demo_splits(cache, {**DEMO_DATA, **config.synthetic},
+                                                    print_fn))
+    print_fn("Data: " + " | ".join(f"{SPLIT_NAMES[split]} {', '.join(paths)}"
+                                   for split, paths in sources.items()))
     records = {split: _as_records(paths, config.num_features, cache, print_fn)
                for split, paths in sources.items()}
-    widths = {split: describe(files).num_features for split, files in records.items()}
-    num_features = config.num_features or max(widths.values())
-    for split, width in widths.items():
-        if width != num_features:  # sparse text whose highest feature index differs by split
-            records[split] = _as_records(sources[split], num_features, cache, print_fn)
+    num_features = config.num_features or _common_width(sources, records)
     _check_relevant_documents(sources, records, num_features, print_fn)
     return Splits(
         train=records["train"],
@@ -90,6 +87,7 @@ def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
         test=records.get("test"),
         num_features=num_features,
         num_train_lists=_count_lists(records["train"], num_features),
+        fingerprints={split: fingerprint(paths) for split, paths in sources.items()},
     )
 
 
@@ -98,11 +96,25 @@ def check_sources(config: DataConfig) -> None:
 
     Nothing is read or converted: this runs before anything long does.
     """
-    if config.train is not None:
-        for patterns in (config.train, config.vali, config.test):
-            _expand(patterns or [])
-    elif config.dir is not None:
-        _split_files(config.dir)
+    for patterns in _sources(config, lambda: {}).values():
+        _expand(patterns)
+
+
+def fingerprint(patterns: list[str]) -> list[list]:
+    """Returns what identifies a split's data: each file's name, size and modification time.
+
+    Paths are left out, so the same files named relatively or absolutely, or moved, are the same
+    data; a file replaced in place is not.
+    """
+    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in _expand(patterns)]
+
+
+def describe_fingerprint(value: list[list]) -> str:
+    """Returns a fingerprint as text: `name (N bytes, modified YYYY-mm-dd HH:MM:SS)`, ..."""
+    return ", ".join(
+        f"{name} ({size} bytes, modified "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(mtime_ns / 1e9))})"
+        for name, size, mtime_ns in value)
 
 
 def train_dataset(splits: Splits, batch_size: int, list_size: int | None, *,
@@ -185,20 +197,47 @@ def letor_folds(directory: str | os.PathLike) -> dict[int, tuple[list[str], list
 # --------------------------------------------------------------------------------------------------
 
 
-def _split_files(directory: str) -> dict[str, Path]:
-    """Returns the split files of a LETOR fold directory, which must hold train and vali files."""
+def _sources(config: DataConfig, demo: Callable[[], dict[str, Path]]) -> dict[str, list[str]]:
+    """Returns each split's files or globs: those named for it, else the data directory's, else
+    `demo()`'s (called only when needed). Splits with none are left out; test is optional."""
+    named = {split: getattr(config, split) for split in SPLITS if getattr(config, split)}
+    missing = [split for split in ("train", "vali") if split not in named]
+    if config.dir is not None:
+        found = _split_files(config.dir, needed=missing)
+    else:
+        found = demo() if missing else {}
+    return {split: named.get(split) or [str(found[split])]
+            for split in SPLITS if split in named or split in found}
+
+
+def _split_files(directory: str, needed: list[str]) -> dict[str, Path]:
+    """Returns the split files of a LETOR fold directory, which must hold the `needed` splits."""
     from tfapprox.data import find_split_files
 
     if not Path(directory).is_dir():
         raise FileNotFoundError(f"data directory {directory} does not exist")
     found = find_split_files(directory)
-    if "train" not in found or "vali" not in found:
+    if any(split not in found for split in needed):
         raise FileNotFoundError(
-            f"{directory}: expected train and vali files (train.txt and vali.txt, or "
+            f"{directory}: expected {' and '.join(needed)} files (train.txt and vali.txt, or "
             "trainingset.txt and validationset.txt, in any case, optionally .gz); found "
             f"{sorted(p.name for p in found.values())}"
         )
     return found
+
+
+def _common_width(sources: dict[str, list[str]], records: dict[str, list[str]]) -> int:
+    """Returns the feature count the splits share; raises ValueError naming the files if not one."""
+    from tfapprox.data import describe
+
+    widths = {split: describe(files).num_features for split, files in records.items()}
+    if len(set(widths.values())) > 1:
+        described = "; ".join(f"{SPLIT_NAMES[split]} ({', '.join(sources[split])}) {width}"
+                              for split, width in widths.items())
+        raise ValueError(
+            f"the splits have different feature counts: {described}. Give data of one feature set, "
+            "or, for sparse files that leave out zero features, the width with --num-features")
+    return widths["train"]
 
 
 def _demo_splits(cache: Path, params: dict[str, Any], print_fn: Printer) -> dict[str, Path]:
@@ -270,11 +309,11 @@ def _check_relevant_documents(sources: dict[str, list[str]], records: dict[str, 
     for split, files in records.items():
         if _has_relevant_document(files, num_features):
             continue
-        problem = (f"the {_SPLIT_NAMES[split]} split ({', '.join(sources[split])}) has no relevant "
+        problem = (f"the {SPLIT_NAMES[split]} split ({', '.join(sources[split])}) has no relevant "
                    "document (no label above 0)")
         if split == "train":
             raise NoRelevantDocument(f"{problem}: there is nothing to learn")
-        print_fn(f"Warning: {problem}: every {_SPLIT_NAMES[split]} metric will be 0"
+        print_fn(f"Warning: {problem}: every {SPLIT_NAMES[split]} metric will be 0"
                  + (", and model selection and early stopping have nothing to go on"
                     if split == "vali" else ""))
 
@@ -294,10 +333,12 @@ def _has_relevant_document(files: list[str], num_features: int) -> bool:
 def _publish(target: Path, write: Callable[[Path], Any]) -> None:
     """Runs `write(tmp)` into a fresh temporary directory, then renames it to `target`.
 
-    If another process published `target` first, its copy is kept and ours discarded.
+    If another process published `target` first, its copy is kept and ours discarded. Temporary
+    directories of processes that no longer run (killed mid-conversion) are removed first.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    _remove_dead_temporaries(target.parent)
+    tmp = target.with_name(f".{target.name}{_TMP_MARK}{socket.gethostname()}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         write(tmp)
@@ -307,6 +348,29 @@ def _publish(target: Path, write: Callable[[Path], Any]) -> None:
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+_TMP_MARK = ".tmp-"
+
+
+def _remove_dead_temporaries(directory: Path) -> None:
+    """Removes `.<entry>.tmp-<host>-<pid>` directories in `directory` of this host's processes that
+    are gone (a cache shared between hosts keeps the others')."""
+    for path in directory.glob(f".*{_TMP_MARK}*"):
+        host, _, pid = path.name.rpartition(_TMP_MARK)[2].rpartition("-")
+        if host == socket.gethostname() and pid.isascii() and pid.isdigit() \
+                and not path.is_symlink() and path.is_dir() and not _is_running(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _key(values: Any) -> str:

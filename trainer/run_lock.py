@@ -7,7 +7,9 @@ start time into the file; a second trainer is refused with `RunDirInUse` naming 
 
 The kernel drops the lock when the holder's file is closed, also when the process is killed, so a
 dead trainer never blocks the next one. The file stays behind: deleting it on release would let a
-third trainer lock a new file while a second one is still waiting on the old one.
+third trainer lock a new file while a second one is still waiting on the old one. It is opened
+without following a symbolic link and must be a regular file, so a link planted at `.lock` cannot
+make the trainer overwrite the file it points to.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Iterator
+
+from trainer.run_files import ForeignRunDir
 
 FILENAME = ".lock"
 
@@ -33,7 +38,7 @@ def hold(run_dir: str | os.PathLike) -> Iterator[None]:
     """Holds `run_dir`'s lock (creating the directory) for the block; raises RunDirInUse if taken."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / FILENAME, "a+") as handle:
+    with _open_lock_file(run_dir / FILENAME) as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -42,6 +47,21 @@ def hold(run_dir: str | os.PathLike) -> Iterator[None]:
         handle.write(json.dumps(_holder()) + "\n")
         handle.flush()
         yield
+
+
+def _open_lock_file(path: Path):
+    """Opens (creating) the lock file for reading and writing; refuses a link or a non-regular file."""
+    try:  # O_NONBLOCK: a FIFO planted at the name must not block the open
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError:
+        if os.path.islink(path):
+            raise ForeignRunDir(f"{path} is a symbolic link; the trainer does not write through "
+                                "one: remove it, or choose another --run-dir") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ForeignRunDir(f"{path} is not a regular file; remove it, or choose another --run-dir")
+    return os.fdopen(fd, "r+")
 
 
 def _holder() -> dict[str, object]:

@@ -1,9 +1,10 @@
 """Training, evaluation and export of one run: the work behind `python -m trainer train|evaluate|export`.
 
-A run lives in `train.run_dir`:
+A run lives in `train.run_dir`, a directory the trainer made (see trainer.run_files):
 
     config.json       the resolved configuration (evaluate/export rebuild the model from it)
-    checkpoint.npz    state after the last completed epoch (see trainer.checkpoint)
+    checkpoint.npz    state after the last completed epoch (see trainer.checkpoint), with the
+                      fingerprint of the training and validation data it was trained on
     logs/train, logs/validation   TensorBoard scalars per epoch
     results.json      history, best epoch, validation/test metrics of the selected model
 
@@ -22,7 +23,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -33,16 +33,26 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from trainer import checkpoint, data, distribute, run_lock
+from trainer import checkpoint, data, distribute, run_files, run_lock
 from trainer.config import Config
 
 Printer = Callable[[str], None]
 
-# Config keys that may change between a run and its resumption; everything else must match.
+# Config keys that may change between a run and its resumption; everything else must match. The
+# data's paths may be spelled differently: the checkpoint holds a fingerprint of the data itself.
 _RESUMABLE_CHANGES = (
     "train.epochs", "train.patience", "train.run_dir", "export", "runtime.strategy", "runtime.jit",
-    "data.cache_dir", "data.num_features", "cv", "train.metrics",
+    "data.cache_dir", "data.num_features", "data.dir", "data.train", "data.vali", "data.test", "cv",
+    "train.metrics",
 )
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, after `epochs_done` epochs, each of them checkpointed."""
+
+    def __init__(self, epochs_done: int):
+        super().__init__(epochs_done)
+        self.epochs_done = epochs_done
 
 
 @dataclasses.dataclass
@@ -52,6 +62,7 @@ class Built:
     model: keras.Model  # trained, under the distribution strategy
     eval_model: keras.Model  # float32, outside any strategy: validation, test, export
     eval_metrics: list[str]  # metric names the evaluation model reports
+    num_features: int  # the models' input width
     reports_loss: bool = True  # False for AdaRank, which is fitted on no loss
 
 
@@ -65,6 +76,8 @@ def train(config: Config, *, fresh: bool = False, print_fn: Printer = print,
     """
     dist = dist or distribute.make(config.runtime.strategy)
     previous_policy = keras.config.dtype_policy()
+    if dist.is_chief:
+        run_files.claim(config.train.run_dir)
     lock = run_lock.hold(config.train.run_dir) if dist.is_chief else contextlib.nullcontext()
     try:
         with lock:
@@ -93,30 +106,36 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
         finished = _finished_results(run_dir, state)
         if finished is not None:
             built.eval_model.set_weights(best_weights)
-            return _finish(finished, config, built, splits, dist, say)
+            return _finish({**finished, **_scores(built, splits)}, config, built, splits, dist, say)
 
     vali = data.eval_dataset(splits.vali, splits)
-    summaries = _Summaries(run_dir / "logs") if dist.is_chief else None
+    summaries = _Summaries(run_files.log_dirs(run_dir)) if dist.is_chief else None
     callbacks = [_ValidationCallback(built, vali), _Progbar(config.train.epochs)]
-    while state.epoch < config.train.epochs and not state.stopped_early:
-        logs = _train_one_epoch(config, built.model, splits, dist, state.epoch, callbacks)
-        _add_gaps(logs, built.eval_metrics)
-        value = logs[f"val_{config.train.select_metric}"]
-        if not math.isfinite(value):
-            raise FloatingPointError(
-                f"validation {config.train.select_metric} is {value} after epoch "
-                f"{state.epoch + 1}; lower optimizer.learning_rate or check the data"
-            )
-        if state.record(logs, value, config.train.patience):
-            best_weights = [np.array(w) for w in built.model.get_weights()]
-        if dist.is_chief:
-            summaries.write(state.epoch, logs)
-            checkpoint.save(run_dir, _snapshot(built.model, state, best_weights))
-        if state.stopped_early:
-            say(f"Early stopping after epoch {state.epoch}: no {config.train.select_metric} "
-                f"improvement for {config.train.patience} epochs")
-    if summaries is not None:
-        summaries.close()
+    saved = state.epoch  # the last epoch checkpointed
+    try:
+        while state.epoch < config.train.epochs and not state.stopped_early:
+            logs = _train_one_epoch(config, built.model, splits, dist, state.epoch, callbacks)
+            _add_gaps(logs, built.eval_metrics)
+            value = logs[f"val_{config.train.select_metric}"]
+            if not math.isfinite(value):
+                raise FloatingPointError(
+                    f"validation {config.train.select_metric} is {value} after epoch "
+                    f"{state.epoch + 1}; lower optimizer.learning_rate or check the data"
+                )
+            if state.record(logs, value, config.train.patience):
+                best_weights = [np.array(w) for w in built.model.get_weights()]
+            if dist.is_chief:
+                summaries.write(state.epoch, logs)
+                checkpoint.save(run_dir, _snapshot(built.model, state, best_weights))
+            saved = state.epoch
+            if state.stopped_early:
+                say(f"Early stopping after epoch {state.epoch}: no {config.train.select_metric} "
+                    f"improvement for {config.train.patience} epochs")
+    except KeyboardInterrupt:
+        raise Interrupted(saved) from None
+    finally:
+        if summaries is not None:
+            summaries.close()
 
     built.eval_model.set_weights(best_weights)
     results = _results(run_dir, state, config, policy, dist, built, splits, started)
@@ -138,11 +157,15 @@ def _results(run_dir: Path, state: checkpoint.RunState, config: Config, policy: 
         "num_replicas": dist.num_replicas,
         "history": state.history,
         **extra,
-        "validation": _evaluate(built, data.eval_dataset(splits.vali, splits)),
-        "test": (_evaluate(built, data.eval_dataset(splits.test, splits))
-                 if splits.test else None),
+        **_scores(built, splits),
         "wall_seconds": time.perf_counter() - started,
     }
+
+
+def _scores(built: Built, splits: data.Splits) -> dict[str, Any]:
+    """Returns the evaluation model's validation and test metrics (test None without a test split)."""
+    return {"validation": _evaluate(built, data.eval_dataset(splits.vali, splits)),
+            "test": _evaluate(built, data.eval_dataset(splits.test, splits)) if splits.test else None}
 
 
 def _finish(results: dict[str, Any], config: Config, built: Built, splits: data.Splits,
@@ -152,7 +175,7 @@ def _finish(results: dict[str, Any], config: Config, built: Built, splits: data.
         results.pop("export_path", None)
         if config.export.enabled:
             results["export_path"] = str(export(built.eval_model, config, splits.num_features))
-        _write_json(Path(config.train.run_dir) / "results.json", results)
+        write_json(Path(config.train.run_dir) / "results.json", results)
         say(summary_table(results, config))
     return results
 
@@ -173,7 +196,7 @@ def _start_or_resume(config: Config, run_dir: Path, fresh: bool, built: Built,
     """Returns `(state, best_weights)`: restored from the run's checkpoint, or a new start."""
     restored = _open_run(config, run_dir, fresh, splits, dist)
     if restored is None:
-        return checkpoint.RunState(fingerprint=_fingerprint(config)), None
+        return _new_state(config, splits), None
     checkpoint.assign(_model_state(built.model), restored.model, "model")
     checkpoint.assign(built.model.optimizer.variables, restored.optimizer, "optimizer")
     state = restored.state
@@ -185,20 +208,38 @@ def _start_or_resume(config: Config, run_dir: Path, fresh: bool, built: Built,
 def _open_run(config: Config, run_dir: Path, fresh: bool, splits: data.Splits,
               dist: distribute.Distribution) -> checkpoint.Checkpoint | None:
     """Returns the run directory's checkpoint (None: a new run, or `fresh`, which clears it) and
-    writes config.json; raises CheckpointError for a checkpoint of another configuration."""
+    writes config.json; raises CheckpointError for a checkpoint of another configuration or data."""
     if fresh and dist.is_chief:
-        _clear_run(run_dir)
+        run_files.clear(run_dir)
     restored = None if fresh else checkpoint.load(run_dir)
     if restored is not None and restored.state.fingerprint != _fingerprint(config):
         raise checkpoint.CheckpointError(_mismatch_message(run_dir, config))
+    if restored is not None:
+        _check_same_data(run_dir, restored.state, splits)
     dist.check_same("the epoch to resume from", restored.state.epoch if restored else 0)
     if dist.is_chief:
-        run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint.remove_stale_temporaries(run_dir)
-        saved = config.to_dict()
-        saved["data"]["num_features"] = splits.num_features
-        _write_json(run_dir / "config.json", saved)
+        write_json(run_dir / "config.json", config.to_dict())
     return restored
+
+
+def _new_state(config: Config, splits: data.Splits, **values: Any) -> checkpoint.RunState:
+    """Returns the state of a run before its first epoch (`values`: fields already known)."""
+    return checkpoint.RunState(fingerprint=_fingerprint(config), num_features=splits.num_features,
+                               data={split: splits.fingerprints[split] for split in ("train", "vali")},
+                               **values)
+
+
+def _check_same_data(run_dir: Path, state: checkpoint.RunState, splits: data.Splits) -> None:
+    """Raises CheckpointError when the training or validation data differ from the checkpoint's."""
+    for split, before in state.data.items():
+        now = splits.fingerprints[split]
+        if now != before:
+            raise checkpoint.CheckpointError(
+                f"{run_dir} holds a checkpoint trained on other {data.SPLIT_NAMES[split]} data: "
+                f"{data.describe_fingerprint(before)} then, {data.describe_fingerprint(now)} now. "
+                "Give the original data to resume, pass --fresh to start over, or choose another "
+                "--run-dir.")
 
 
 def _train_adarank(config: Config, fresh: bool, say: Printer,
@@ -220,7 +261,7 @@ def _train_adarank(config: Config, fresh: bool, say: Printer,
         say(f"{run_dir} is already trained ({restored.state.epoch} AdaRank rounds); pass --fresh "
             "to train again")
         built.eval_model.set_weights(restored.best)
-        return _finish(finished, config, built, splits, dist, say)
+        return _finish({**finished, **_scores(built, splits)}, config, built, splits, dist, say)
 
     select = config.train.select_metric
     fit = adarank.fit_adarank(
@@ -228,10 +269,10 @@ def _train_adarank(config: Config, fresh: bool, say: Printer,
         rounds=config.model.adarank_rounds, validation=data.padded_lists(splits.vali, splits),
         select=select)
     best_weights = [fit.weights.astype(np.float32)[:, None], np.zeros([1], np.float32)]
-    state = checkpoint.RunState(
-        epoch=len(fit.history), best_value=fit.history[fit.best_round - 1][f"val_{select}"],
-        best_epoch=fit.best_round, stopped_early=len(fit.history) < config.model.adarank_rounds,
-        history=fit.history, fingerprint=_fingerprint(config))
+    state = _new_state(
+        config, splits, epoch=len(fit.history),
+        best_value=fit.history[fit.best_round - 1][f"val_{select}"], best_epoch=fit.best_round,
+        stopped_early=len(fit.history) < config.model.adarank_rounds, history=fit.history)
     checkpoint.save(run_dir, checkpoint.Checkpoint(state=state, model=[], optimizer=[],
                                                    best=best_weights))
     built.eval_model.set_weights(best_weights)
@@ -273,7 +314,7 @@ def _snapshot(model: keras.Model, state: checkpoint.RunState,
 
 def evaluate(config: Config, splits: data.Splits, print_fn: Printer = print) -> dict[str, Any]:
     """Scores the best weights of `config`'s run on `splits`' validation and test sets."""
-    built = restore_best(config, splits.num_features)
+    built = restore_best(config, data_width=splits.num_features)
     results = {"run_dir": config.train.run_dir}
     for name, paths in (("validation", splits.vali), ("test", splits.test)):
         if paths:
@@ -282,14 +323,22 @@ def evaluate(config: Config, splits: data.Splits, print_fn: Printer = print) -> 
     return results
 
 
-def restore_best(config: Config, num_features: int) -> Built:
-    """Returns the run's models with the best weights of its checkpoint in the evaluation model."""
+def restore_best(config: Config, data_width: int | None = None) -> Built:
+    """Returns the run's models with the best weights of its checkpoint in the evaluation model.
+
+    The models take the feature count the run was trained on; data of another `data_width` is
+    refused (ValueError)."""
     restored = checkpoint.load(config.train.run_dir)
     if restored is None or restored.state.epoch == 0:
         raise FileNotFoundError(
             f"no trained checkpoint in {config.train.run_dir}; run `python -m trainer train` first"
         )
-    built = _build(config, num_features, distribute.make("default"), with_training_model=False)
+    width = restored.state.num_features or config.data.num_features  # the latter: older runs
+    if data_width is not None and data_width != width:
+        raise ValueError(
+            f"the run in {config.train.run_dir} was trained on {width} features, the data given "
+            f"has {data_width}")
+    built = _build(config, width, distribute.make("default"), with_training_model=False)
     built.eval_model.set_weights(restored.best)
     return built
 
@@ -432,7 +481,7 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
     finally:
         keras.config.set_dtype_policy(previous)
     return Built(model=model, eval_model=eval_model, eval_metrics=eval_names,
-                 reports_loss=config.model.kind != "adarank")
+                 num_features=num_features, reports_loss=config.model.kind != "adarank")
 
 
 def _scorer_kwargs(config: Config) -> dict[str, Any]:
@@ -574,9 +623,9 @@ class _Summaries:
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
     )
 
-    def __init__(self, log_dir: Path):
-        self._train = tf.summary.create_file_writer(str(log_dir / "train"))
-        self._validation = tf.summary.create_file_writer(str(log_dir / "validation"))
+    def __init__(self, log_dirs: dict[str, Path]):
+        self._train = tf.summary.create_file_writer(str(log_dirs["train"]))
+        self._validation = tf.summary.create_file_writer(str(log_dirs["validation"]))
 
     def write(self, step: int, logs: dict[str, float]) -> None:
         for writer, is_validation in ((self._train, False), (self._validation, True)):
@@ -653,16 +702,9 @@ def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _clear_run(run_dir: Path) -> None:
-    for name in (checkpoint.FILENAME, "results.json", "config.json"):
-        (run_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(run_dir / "logs", ignore_errors=True)
-
-
-def _write_json(path: Path, values: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(values, indent=2, default=_json_default) + "\n")
-    os.replace(tmp, path)
+def write_json(path: Path, values: Any) -> None:
+    """Replaces the run directory's file `path` with `values` as JSON (see run_files.write_text)."""
+    run_files.write_text(path, json.dumps(values, indent=2, default=_json_default) + "\n")
 
 
 def _json_default(value: Any) -> Any:

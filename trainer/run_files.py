@@ -1,0 +1,113 @@
+"""What the trainer owns in a run directory, and how it writes there without following a link.
+
+A run directory is the trainer's when the trainer made it: `claim` takes a directory that does not
+exist or is empty and writes the marker file `.tfapprox-run` into it. A directory that already holds
+something and has no marker is the user's, and is refused (`ForeignRunDir`): the trainer would
+otherwise overwrite a `config.json` or `results.json` of theirs, or remove their `logs/`.
+
+Inside a claimed directory the trainer writes, replaces and (`clear`, for `--fresh`) removes only its
+own names: `OWN_FILES` and the TensorBoard event files under `logs/train` and `logs/validation`.
+Everything else there is left alone. No write follows a symbolic link: files are replaced through a
+new temporary file and a rename, which replaces a link instead of writing through it, and a
+directory the trainer writes into must be a real directory.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+MARKER = ".tfapprox-run"
+OWN_FILES = ("checkpoint.npz", "config.json", "results.json", "evaluation.json")
+LOG_DIRS = ("train", "validation")  # under logs/
+EVENT_FILE_PREFIX = "events.out.tfevents."
+
+
+class ForeignRunDir(OSError):
+    """A run directory that the trainer did not make, or a path in it that is not what it wrote."""
+
+
+def claim(run_dir: str | os.PathLike) -> Path:
+    """Returns `run_dir` as a directory of the trainer's: made (with its marker) if missing or
+    empty, accepted if it has the marker; raises ForeignRunDir for anything else."""
+    run_dir = Path(run_dir)
+    if run_dir.is_symlink():
+        raise ForeignRunDir(
+            f"run directory {run_dir} is a symbolic link; the trainer writes only into directories "
+            f"it made: pass the directory itself ({os.path.realpath(run_dir)}) or a new one")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ForeignRunDir(f"run directory {run_dir} exists and is not a directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / MARKER).is_file():
+        entries = sorted(p.name for p in run_dir.iterdir())
+        if entries:
+            raise ForeignRunDir(
+                f"run directory {run_dir} holds {', '.join(entries[:3])}"
+                f"{f' and {len(entries) - 3} more' if len(entries) > 3 else ''}, which the trainer "
+                "did not write (it has no .tfapprox-run marker); choose a new or empty --run-dir")
+        write_text(run_dir / MARKER, "a tfapprox trainer run directory\n")
+    return run_dir
+
+
+def check_claimed(run_dir: str | os.PathLike) -> Path:
+    """Returns `run_dir` if the trainer made it; raises ForeignRunDir otherwise."""
+    run_dir = Path(run_dir)
+    if run_dir.is_symlink() or not (run_dir / MARKER).is_file():
+        raise ForeignRunDir(
+            f"{run_dir} is not a run directory the trainer made (no .tfapprox-run marker); pass the "
+            "--run-dir of a trained run")
+    return run_dir
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replaces `path` with `text` atomically: a new temporary file beside it, then a rename (which
+    replaces a symbolic link at `path` instead of writing through it)."""
+    real_directory(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            os.fchmod(handle.fileno(), 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def real_directory(path: Path) -> Path:
+    """Returns `path`, made if missing, after checking it is a directory and not a symbolic link."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISDIR(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a directory"
+        raise ForeignRunDir(f"{path} is {kind}; the trainer writes only into directories it made")
+    return path
+
+
+def log_dirs(run_dir: Path) -> dict[str, Path]:
+    """Returns `{name: run_dir/logs/name}` for the TensorBoard writers, each a real directory."""
+    logs = real_directory(run_dir / "logs")
+    return {name: real_directory(logs / name) for name in LOG_DIRS}
+
+
+def clear(run_dir: Path) -> None:
+    """Removes the trainer's own files from a claimed `run_dir` (`--fresh`); leaves the rest."""
+    for name in OWN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    logs = run_dir / "logs"
+    for directory in [logs / name for name in LOG_DIRS] + [logs]:
+        if directory.is_symlink() or not directory.is_dir():
+            continue
+        if directory != logs:
+            for event_file in directory.glob(EVENT_FILE_PREFIX + "*"):
+                if not event_file.is_symlink() and event_file.is_file():
+                    event_file.unlink()
+        try:
+            directory.rmdir()
+        except OSError:  # something of the user's is still in it
+            pass

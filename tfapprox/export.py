@@ -16,26 +16,39 @@ length F per tf.Example). Parsing runs inside the graph, so a client sends raw p
 model is loadable with `tf.saved_model.load` without tfapprox installed.
 
 `score_features` declares F (`saved_model_cli` and TF Serving's metadata show `(-1, -1, F)`) and
-also checks it in the graph, since TF Serving feeds a tensor without comparing its shape with the
-signature's: a request with the wrong feature count fails with a message naming the expected F and
-the received shape, rather than with a matrix-size error deep in the network. Every valid slot is
-scored: the scores are per document, so a client pads short lists with any values and ignores their
-scores. An empty batch gets empty scores from every signature. A string signature sent strings that
-are not its proto kind (a tf.Example to `serving_default`, an ELWC to `score_examples`, any other
-bytes) fails with an InvalidArgumentError naming the signature and the proto it expects; TF's own
-parse errors would quote the raw bytes.
+also checks the shape in the graph, since TF Serving feeds a tensor without comparing its shape with
+the signature's: a request of another rank (`[batch, F]`, a missing nesting level, is an easy REST
+mistake) or feature count fails with a message naming the expected `[batch, list, F]` and the
+received shape, rather than with an error deep in the network. Every valid slot is scored: the
+scores are per document, so a client pads short lists with any finite values and ignores their
+scores. An empty batch gets empty scores from every signature.
+
+Bad requests get an InvalidArgumentError naming the signature, and neither the error nor the
+server's log quotes the request's bytes:
+- strings that are not the signature's proto kind (a tf.Example to `serving_default`, an ELWC to
+  `score_examples`, any other bytes): "... expects `elwc`: serialized ExampleListWithContext ...";
+- a document without the `"features"` feature (vector layout; per_feature reads a missing one as
+  0), or with a feature count other than F;
+- a NaN or infinite feature value, in every signature: training data cannot hold one
+  (`tfapprox.data.letor` refuses it), so its score would mean nothing; a NaN score would also sort
+  arbitrarily among the list's others.
+The documents are parsed once, by tf.data's Example parser inside the graph (`_try_parse`), whose
+failures are caught rather than logged; only a failed request is parsed again to say why.
 
 Each version also holds TF Serving's warm-up file, `assets.extra/tf_serving_warmup_requests`: a
 TFRecord file of PredictionLog requests, every signature at two sizes, which TF Serving runs when it
 loads the version so that the first real request does not pay for initialising the graph.
 
-Versions are integers. Without `version`, the next integer after the largest existing version is
+Versions are integers, and only directories named by ASCII digits count as versions, as in TF
+Serving. Without `version`, the next integer after the largest existing version is
 used (1 for a new model), so versions sort in export order and TF Serving serves the newest.
 The SavedModel is written to a hidden temporary directory next to the version directories
 (`base_dir/name/.tmp-...`, which TF Serving ignores because its name is not a number) and renamed
 into place in one `os.rename`, so a watcher never sees a half-written version; a failed export
 removes the temporary directory and leaves no version behind. One left by a killed export is removed
-by the next export of the model once its writer, named in it, is gone (or after a day).
+by the next export of the model once its writer, named in it, is gone (or after a day); nothing
+else in the model directory is ever deleted, and export refuses a model directory that is a
+symbolic link rather than write through it.
 
 Export needs the TensorFlow backend. A model trained with another backend can be saved as `.keras`
 and exported from a process running with `KERAS_BACKEND=tensorflow`.
@@ -45,6 +58,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
 import uuid
 
@@ -57,14 +71,20 @@ SIGNATURES = ("serving_default", "score_features", "score_examples")
 
 
 def next_version(model_dir):
-    """Returns the version `export_saved_model` would pick in `model_dir`: 1 + the largest integer
-    directory name there, or 1 when there is none (or `model_dir` does not exist)."""
+    """Returns the version `export_saved_model` would pick in `model_dir`: 1 + the largest version
+    (a directory named by ASCII digits) there, or 1 when there is none (or no `model_dir`)."""
     try:
         names = os.listdir(model_dir)
     except FileNotFoundError:
         return 1
-    versions = [int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(model_dir, n))]
+    versions = [int(n) for n in names if _is_version(n) and os.path.isdir(os.path.join(model_dir, n))]
     return max(versions, default=0) + 1
+
+
+def _is_version(name):
+    """Whether TF Serving reads directory `name` as a version: ASCII digits only (str.isdigit also
+    takes '²' and '٣')."""
+    return re.fullmatch(r"[0-9]+", name) is not None
 
 
 def _check_arguments(name, num_features, version, example_layout):
@@ -115,105 +135,211 @@ def _check_model_accepts(model, num_features):
         )
 
 
-# A key no document has: asking for it makes tf.io.parse_example check every Example's wire format
-# (Example, Features, map entries) without reading a feature value.
-_WIRE_CHECK_KEY = "tfapprox.wire_check"
+# A padded slot of a list is handed to the parser as this Example, which only it holds the key of,
+# so that padding needs no lengths beside the parsed features: its documents read `_PAD_KEY` 1,
+# real ones 0 (and the parse runs on one string tensor, as tf.data's Example parser requires).
+_PAD_KEY = "tfapprox.padding"
 
 
-def _count_documents(examples):
-    """Returns the number of serialized tf.Example `examples`, or fails if one does not parse."""
+def _pad_example():
+    """Returns the serialized Example of a padded slot: only `_PAD_KEY`, int64 1."""
+    from tfapprox.data.records import _field, _map_entry_bytes
+
+    return _field(1, _map_entry_bytes(_PAD_KEY, _field(3, _field(1, b"\x01"))))
+
+
+def _document_spec(num_features, example_layout):
+    """Returns the tf.io.parse_example spec of a document: its features (vector layout: a missing
+    "features" reads as all NaN; per_feature: a missing one as 0) and the padding mark."""
     import tensorflow as tf
 
-    parsed = tf.io.parse_example(
-        tf.reshape(examples, [-1]), {_WIRE_CHECK_KEY: tf.io.VarLenFeature(tf.string)}
-    )
-    return parsed[_WIRE_CHECK_KEY].dense_shape[0]
-
-
-def _count_list_slots(elwc):
-    """Returns the number of document slots of the serialized ELWC `elwc` (lists times the longest
-    list), or fails if a list or one of its documents does not parse."""
     from tfapprox.data import records
 
-    examples, _ = records.decode_elwc(elwc)
-    return _count_documents(examples)
+    if example_layout == "vector":
+        spec = {
+            records.FEATURES_KEY: tf.io.FixedLenFeature(
+                [num_features], tf.float32, default_value=[float("nan")] * num_features
+            )
+        }
+    else:
+        spec = {
+            str(i): tf.io.FixedLenFeature([], tf.float32, default_value=0.0)
+            for i in range(1, num_features + 1)
+        }
+    spec[_PAD_KEY] = tf.io.FixedLenFeature([], tf.int64, default_value=0)
+    return spec
 
 
-def _parses(serialized, count):
-    """Returns a bool scalar: whether `count(serialized)` runs without error.
+# A key no document has: parsing only it checks every Example's wire format.
+_WIRE_CHECK_SPEC_KEY = "tfapprox.wire_check"
 
-    It is tried inside tf.data, whose `ignore_errors` is the only way a graph can catch an op's
-    error: TF's parsers quote the request's raw bytes in theirs, which clients cannot even decode.
+
+def _try_parse(documents, request, spec):
+    """Returns `(parsed, ok)`: `tf.io.parse_example(documents(request), spec)` and True, or, when
+    `documents` or the parse fails, the parse of no document and False.
+
+    It runs inside tf.data, whose `ignore_errors` is the only way a graph can catch an op's error,
+    with tf.data's own Example parser: its errors, unlike tf.io.parse_example's, are neither logged
+    nor quote the request's bytes (clients cannot even decode them).
     """
     import tensorflow as tf
 
-    attempt = tf.data.Dataset.from_tensors(serialized).map(lambda s: count(s) >= 0)
-    fallback = tf.data.Dataset.from_tensors(False)
+    attempt = (
+        tf.data.Dataset.from_tensors(request)
+        .map(documents)
+        .apply(tf.data.experimental.parse_example_dataset(spec))
+        .map(lambda parsed: (parsed, True))
+    )
+    nothing = (tf.io.parse_example(tf.constant([], tf.string), spec), False)
+    fallback = tf.data.Dataset.from_tensors(nothing)
     return attempt.ignore_errors().concatenate(fallback).take(1).get_single_element()
 
 
-def _build_archive(model, num_features, example_layout):
-    """Returns a `keras.export.ExportArchive` holding the three scoring signatures."""
+def _parse_or_explain(documents, request, spec, wrong_proto):
+    """Returns `tf.io.parse_example(documents(request), spec)`, parsed once.
+
+    If that fails, explains why without quoting the request: `wrong_proto` (a list of Assert
+    data) when its strings are not the expected protos, else TF's error for well-formed protos
+    that do not fit `spec` (e.g. "Key: features ... Values size: 5 but output shape: [7]").
+    """
+    import tensorflow as tf
+
+    parsed, ok = _try_parse(documents, request, spec)
+
+    def explain():
+        wire_spec = {_WIRE_CHECK_SPEC_KEY: tf.io.FixedLenFeature([], tf.string, default_value="")}
+        _, well_formed = _try_parse(documents, request, wire_spec)
+        check = tf.debugging.Assert(well_formed, wrong_proto)
+        with tf.control_dependencies([check]):
+            return tf.io.parse_example(documents(request), spec)
+
+    return tf.cond(ok, lambda: parsed, explain)
+
+
+def _list_documents(elwc):
+    """Returns the serialized documents of the ELWC `elwc` [B], list by list, each list padded to
+    the longest with `_pad_example()`: [B * L] strings."""
     import tensorflow as tf
 
     from tfapprox.data import records
+
+    examples, lengths = records.decode_elwc(elwc)
+    real = tf.sequence_mask(lengths, tf.shape(examples)[1])
+    return tf.where(tf.reshape(real, [-1]), tf.reshape(examples, [-1]), _pad_example())
+
+
+def _checked_documents(signature, parsed, num_features, example_layout):
+    """Returns the features [N, F] of `parsed` documents, failing with an error naming
+    `signature` if a real document has no "features" or a NaN or infinite value."""
+    import tensorflow as tf
+
+    from tfapprox.data import records
+
+    real = tf.equal(parsed[_PAD_KEY], 0)
+    if example_layout == "vector":
+        features = parsed[records.FEATURES_KEY]
+        missing = tf.reduce_all(tf.math.is_nan(features), axis=1) & real
+        no_features = tf.debugging.Assert(
+            tf.logical_not(tf.reduce_any(missing)),
+            [
+                f"{signature}: a document has no {records.FEATURES_KEY!r} feature; every document "
+                f"holds {num_features} float values there. Documents without it:",
+                tf.reduce_sum(tf.cast(missing, tf.int32)),
+            ],
+        )
+    else:
+        features = tf.stack([parsed[str(i)] for i in range(1, num_features + 1)], axis=1)
+        missing, no_features = tf.zeros_like(real), tf.no_op()
+    with tf.control_dependencies([no_features]):
+        features = tf.identity(features)
+    finite = tf.reduce_all(tf.math.is_finite(features), axis=1) | missing | ~real
+    return _assert_finite(signature, features, finite, "documents")
+
+
+def _assert_finite(signature, features, finite, unit):
+    """Returns `features` once `finite` (bool per unit) holds everywhere, else fails: a NaN or
+    infinite feature value is refused, as in training data (tfapprox.data.letor)."""
+    import tensorflow as tf
+
+    check = tf.debugging.Assert(
+        tf.reduce_all(finite),
+        [
+            f"{signature}: feature values must be finite; some {unit} hold NaN or infinite "
+            f"values. {unit.capitalize()} that do:",
+            tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32)),
+        ],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(features)
+
+
+def _build_archive(model, num_features, example_layout):
+    """Returns a `keras.export.ExportArchive` holding the scoring signatures."""
+    import tensorflow as tf
+
+    spec = _document_spec(num_features, example_layout)
 
     def score(features, mask):
         scores = model({"features": features, "mask": mask}, training=False)
         scores = tf.cast(tf.reshape(scores, tf.shape(mask)), tf.float32)
         return tf.where(mask, scores, tf.zeros_like(scores))
 
-    def score_elwc(elwc):
+    def score_lists(signature, argument, elwc):
         # DecodeProtoV2 refuses an empty batch: one empty list is appended and its row dropped.
         padded = tf.concat([elwc, [""]], axis=0)
-        check = tf.debugging.Assert(
-            _parses(padded, _count_list_slots),
-            [
-                "serving_default expects `elwc`: serialized ExampleListWithContext protos, one "
-                "per list; some of the strings received are not (a serialized tf.Example per "
-                "document goes to score_examples). Number of strings received:",
-                tf.size(elwc),
-            ],
-        )
-        with tf.control_dependencies([check]):
-            features, mask, _ = records.parse_elwc(padded, num_features, layout=example_layout)
-        return {"scores": score(features, mask)[:-1]}
+        wrong_proto = [
+            f"{signature} expects `{argument}`: serialized ExampleListWithContext protos, one "
+            "per list; some of the strings received are not (a serialized tf.Example per "
+            "document goes to score_examples). Number of strings received:",
+            tf.size(elwc),
+        ]
+        parsed = _parse_or_explain(_list_documents, padded, spec, wrong_proto)
+        features = _checked_documents(signature, parsed, num_features, example_layout)
+        lists = tf.size(padded)
+        mask = tf.reshape(tf.equal(parsed[_PAD_KEY], 0), [lists, -1])
+        features = tf.reshape(features, [lists, -1, num_features])
+        features = tf.where(mask[:, :, None], features, 0.0)
+        return score(features, mask)[:-1]
+
+    def score_documents(signature, argument, examples):
+        wrong_proto = [
+            f"{signature} expects `{argument}`: serialized tf.Example protos, one per "
+            "document; some of the strings received are not (a serialized "
+            "ExampleListWithContext goes to serving_default). Number of strings received:",
+            tf.size(examples),
+        ]
+        parsed = _parse_or_explain(tf.identity, examples, spec, wrong_proto)
+        features = _checked_documents(signature, parsed, num_features, example_layout)
+        mask = tf.ones([tf.shape(features)[0], 1], dtype=tf.bool)
+        return score(features[:, None, :], mask)[:, 0]
 
     def score_features(features):
         received = tf.shape(features)
+        # The rank counted at run time: tf.rank or tf.size(received) would be folded into the
+        # declared rank, 3, by the graph optimiser, while TF Serving feeds tensors of any rank.
+        rank = tf.math.count_nonzero(received >= 0, dtype=tf.int32)
         check = tf.debugging.Assert(
-            tf.equal(received[-1], num_features),
+            tf.equal(rank, 3) & tf.reduce_any(tf.equal(received[2:], num_features)),
             [
                 f"score_features expects float32 features [batch, list, {num_features}]; "
                 "received shape",
                 received,
             ],
-            summarize=3,
+            summarize=8,
         )
         with tf.control_dependencies([check]):
             features = tf.identity(features)
+        finite = tf.reduce_all(tf.math.is_finite(features), axis=2)
+        features = _assert_finite("score_features", features, finite, "documents")
         mask = tf.ones(tf.shape(features)[:2], dtype=tf.bool)
         return {"scores": score(features, mask)}
-
-    def score_examples(examples):
-        check = tf.debugging.Assert(
-            _parses(examples, _count_documents),
-            [
-                "score_examples expects `examples`: serialized tf.Example protos, one per "
-                "document; some of the strings received are not (a serialized "
-                "ExampleListWithContext goes to serving_default). Number of strings received:",
-                tf.size(examples),
-            ],
-        )
-        with tf.control_dependencies([check]):
-            features = records.parse_examples(examples, num_features, layout=example_layout)
-        mask = tf.ones([tf.shape(features)[0], 1], dtype=tf.bool)
-        return {"scores": score(features[:, None, :], mask)[:, 0]}
 
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint(
-        "serving_default", score_elwc, [tf.TensorSpec([None], tf.string, name="elwc")]
+        "serving_default",
+        lambda elwc: {"scores": score_lists("serving_default", "elwc", elwc)},
+        [tf.TensorSpec([None], tf.string, name="elwc")],
     )
     archive.add_endpoint(
         "score_features",
@@ -221,7 +347,9 @@ def _build_archive(model, num_features, example_layout):
         [tf.TensorSpec([None, None, num_features], tf.float32, name="features")],
     )
     archive.add_endpoint(
-        "score_examples", score_examples, [tf.TensorSpec([None], tf.string, name="examples")]
+        "score_examples",
+        lambda examples: {"scores": score_documents("score_examples", "examples", examples)},
+        [tf.TensorSpec([None], tf.string, name="examples")],
     )
     return archive
 
@@ -315,6 +443,11 @@ def export_saved_model(
     _check_model_accepts(model, num_features)
 
     model_dir = os.path.join(os.fspath(base_dir), name)
+    if os.path.islink(model_dir):
+        raise ValueError(
+            f"{model_dir} is a symbolic link, and export does not write through links: export to "
+            f"the directory it points to, {os.path.realpath(model_dir)}, instead."
+        )
     os.makedirs(model_dir, exist_ok=True)
     version = next_version(model_dir) if version is None else int(version)
     target = os.path.join(model_dir, str(version))
@@ -348,23 +481,22 @@ _STAGING_MAX_AGE_SECONDS = 24 * 3600
 
 
 def _remove_stale_staging(model_dir):
-    """Deletes the staging directories of killed exports: those whose writer on this host is no
-    longer running, and any untouched for a day (another host's, or named before writers were)."""
+    """Deletes the staging directories of killed exports: directories (not links) named as
+    `export_saved_model` names them whose writer on this host is no longer running, or that are
+    untouched for a day (another host's). Nothing else in `model_dir` is touched."""
     for name in os.listdir(model_dir):
-        path = os.path.join(model_dir, name)
-        if not name.startswith(".tmp-"):
-            continue
         match = _STAGING_NAME.fullmatch(name)
-        writer_gone = (
-            match is not None
-            and match["host"] == socket.gethostname()
-            and not _is_running(int(match["pid"]))
-        )
+        if match is None:
+            continue
+        path = os.path.join(model_dir, name)
         try:
-            too_old = time.time() - os.path.getmtime(path) > _STAGING_MAX_AGE_SECONDS
+            status = os.lstat(path)
         except FileNotFoundError:  # its export just finished or failed
             continue
-        if writer_gone or too_old:
+        if not stat.S_ISDIR(status.st_mode):
+            continue
+        writer_gone = match["host"] == socket.gethostname() and not _is_running(int(match["pid"]))
+        if writer_gone or time.time() - status.st_mtime > _STAGING_MAX_AGE_SECONDS:
             shutil.rmtree(path, ignore_errors=True)
 
 

@@ -1,0 +1,153 @@
+"""Exports served by TensorFlow's C++ loader, as TF Serving serves them (tests/cpp_loader.py).
+
+The runner is compiled once per source and TensorFlow wheel into pytest's cache directory; these
+tests are skipped only where no C++ compiler is found.
+"""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import cpp_loader
+from tfapprox import export
+from tfapprox.data import records
+from tfapprox.models import DNNScorer, build_scorer
+
+NUM_FEATURES = 7
+SHAPES = ((1, 1), (4, 10), (16, 100), (0, 0))  # (lists, documents per list); the last: empty
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="export needs the TF backend"
+)
+
+
+@pytest.fixture(scope="session")
+def runner(request, tmp_path_factory):
+    if cpp_loader.compiler() is None:
+        pytest.skip("no C++ compiler found (set CXX or install g++)")
+    cache = getattr(request.config, "cache", None)
+    cache_dir = cache.mkdir("cpp_loader") if cache else tmp_path_factory.mktemp("cpp_loader")
+    return cpp_loader.build(cache_dir)
+
+
+def _fitted(model, seed):
+    """Returns `model` after a few steps on random lists, so that no weight is at its start."""
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(8, 6, NUM_FEATURES)).astype("float32")
+    labels = rng.integers(0, 3, size=(8, 6)).astype("float32")
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    for _ in range(3):
+        model.train_on_batch({"features": features, "mask": np.ones((8, 6), bool)}, labels)
+    return model
+
+
+def _adarank_scorer(seed):
+    """The scorer an AdaRank run exports (trainer/train.py): linear, no batch norm."""
+    model = DNNScorer(hidden_units=(), input_batch_norm=False, name="adarank_scorer")
+    model(np.zeros((1, 1, NUM_FEATURES), "float32"))
+    weights = np.random.default_rng(seed).normal(size=(NUM_FEATURES, 1)).astype("float32")
+    model.set_weights([weights, np.zeros([1], "float32")])
+    return model
+
+
+MODELS = {
+    "B64": lambda: _fitted(build_scorer("B64"), 1),
+    "linear": lambda: _fitted(build_scorer("LINEAR"), 2),
+    "adarank": lambda: _adarank_scorer(3),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def served(request, runner, tmp_path_factory):
+    """Yields `(export path, Python-loaded signatures, C++ loader)` for one kind of scorer."""
+    import tensorflow as tf
+
+    path = export.export_saved_model(
+        MODELS[request.param](), tmp_path_factory.mktemp("saved_models"), "ranker", NUM_FEATURES
+    )
+    with cpp_loader.CppLoader(runner, path) as loader:
+        yield path, tf.saved_model.load(path).signatures, loader
+
+
+def _requests(lists, documents, seed=0):
+    """Returns {signature: inputs} scoring the same lists×documents in every signature."""
+    features = np.random.default_rng(seed).normal(size=(lists, documents, NUM_FEATURES))
+    features = features.astype("float32")
+    elwc = np.array([records.encode_elwc(f) for f in features], dtype=object).reshape(-1)
+    examples = records.encode_examples(features.reshape(-1, NUM_FEATURES))
+    return {
+        "serving_default": {"elwc": elwc},
+        "score_features": {"features": features},
+        "score_examples": {"examples": np.array(examples, dtype=object).reshape(-1)},
+    }
+
+
+def _python_outputs(signatures, signature, inputs):
+    import tensorflow as tf
+
+    outputs = signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+    return {key: value.numpy() for key, value in outputs.items()}
+
+
+@pytest.mark.parametrize("lists, documents", SHAPES)
+def test_every_signature_scores_as_in_python(served, lists, documents):
+    _, signatures, loader = served
+    requests = _requests(lists, documents)
+    assert set(requests) == set(export.SIGNATURES)
+    scores = {}
+    for signature, inputs in requests.items():
+        cpp, _ = loader.run(signature, inputs)
+        python = _python_outputs(signatures, signature, inputs)
+        assert cpp.keys() == python.keys(), signature
+        for key in cpp:
+            assert cpp[key].dtype == np.float32 and cpp[key].shape == python[key].shape
+            np.testing.assert_allclose(cpp[key], python[key], rtol=1e-5, atol=1e-6)
+        scores[signature] = next(iter(cpp.values())).reshape(-1)
+    # The same documents get the same scores whichever way they are sent.
+    for signature in scores:
+        np.testing.assert_allclose(scores[signature], scores["score_features"], atol=1e-5)
+
+
+def test_warmup_requests_run(served):
+    import tensorflow as tf
+
+    prediction_log_pb2 = pytest.importorskip("tensorflow_serving.apis.prediction_log_pb2")
+    path, _, loader = served
+    warmup = os.path.join(path, "assets.extra", "tf_serving_warmup_requests")
+    replayed = set()
+    for record in tf.data.TFRecordDataset(warmup).as_numpy_iterator():
+        request = prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
+        signature = request.model_spec.signature_name
+        outputs, _ = loader.run(signature, dict(request.inputs))
+        sent = tf.make_ndarray(next(iter(request.inputs.values())))
+        assert next(iter(outputs.values())).shape[0] == sent.shape[0]
+        replayed.add(signature)
+    assert replayed == set(export.SIGNATURES)
+
+
+@pytest.mark.parametrize(
+    "signature, inputs, message",
+    [
+        ("serving_default", {"elwc": np.array([b"\xff\xfe not a protobuf"], dtype=object)},
+         "serving_default expects `elwc`: serialized ExampleListWithContext"),
+        ("score_examples", {"examples": np.array([b"\x0a\x05abc"], dtype=object)},
+         "score_examples expects `examples`: serialized tf.Example"),
+        ("score_features", {"features": np.zeros((3, NUM_FEATURES), "float32")},
+         r"expects float32 features \[batch, list, 7\]; received shape\] \[3 7\]"),
+        ("score_features", {"features": np.zeros((2, 3, 5), "float32")},
+         r"expects float32 features \[batch, list, 7\]; received shape\] \[2 3 5\]"),
+        ("score_features", {"features": np.zeros((2, 3, NUM_FEATURES), "float64")},
+         "Expects arg\[0\] to be float but double is provided"),
+        ("score_features", {"features": np.full((1, 2, NUM_FEATURES), np.inf, "float32")},
+         "score_features: feature values must be finite"),
+        ("score_features", {"examples": np.array([b""], dtype=object)},
+         "signature score_features has no input examples"),
+    ],
+)
+def test_malformed_requests_get_an_error_status(served, signature, inputs, message):
+    _, _, loader = served
+    with pytest.raises(cpp_loader.CppError, match=message):
+        loader.run(signature, inputs)
+    outputs, _ = loader.run("score_features", _requests(1, 3)["score_features"])  # still serving
+    assert outputs["scores"].shape == (1, 3)

@@ -84,14 +84,37 @@ def test_num_features_inferred_and_padded(tmp_path):
     assert list(letor.read_queries(path, 9))[1].features.shape == (1, 9)
 
 
-def test_crlf_and_gzip_read_the_same(tmp_path):
-    text = SPARSE.replace("\n", "\r\n")
+def test_crlf_cr_bom_and_gzip_read_the_same(tmp_path):
+    crlf, cr = SPARSE.replace("\n", "\r\n"), SPARSE.replace("\n", "\r")
     plain = list(letor.read_queries(write(tmp_path / "a.txt", SPARSE), 5))
-    for path in (write(tmp_path / "crlf.txt", text), write(tmp_path / "b.txt.gz", text, "gz")):
+    paths = [write(tmp_path / "crlf.txt", crlf), write(tmp_path / "b.txt.gz", crlf, "gz"),
+             write(tmp_path / "cr.txt", cr), write(tmp_path / "bom.txt", "\ufeff" + SPARSE),
+             write(tmp_path / "bom_cr.txt.gz", "\ufeff" + cr, "gz")]
+    for path in paths:
         for got, want in zip(letor.read_queries(path, 5), plain, strict=True):
             assert got.qid == want.qid
             np.testing.assert_array_equal(got.features, want.features)
             np.testing.assert_array_equal(got.labels, want.labels)
+        with pytest.raises(LetorFormatError, match=rf"{path.name}:4: feature index 5 is above num_features=4"):
+            list(letor.read_queries(path, 4))  # line numbers count CR, CRLF and LF line ends alike
+
+
+@pytest.mark.parametrize("chunk_bytes", [5, 7, 64])
+def test_line_ends_split_across_reads(tmp_path, monkeypatch, chunk_bytes):
+    """A CRLF cut between two reads is one line end: the documents and line numbers stay right."""
+    monkeypatch.setattr(letor, "_CHUNK_BYTES", chunk_bytes)
+    lines = [f"{i % 3} qid:{i // 4} 1:{i}.5 2:0.25" for i in range(40)]
+    lines[29] = lines[29].replace("2:0.25", "2:x")
+    for end in ("\r\n", "\r"):
+        path = write(tmp_path / "a.txt", end.join(lines) + end)
+        with pytest.raises(LetorFormatError, match=r"a\.txt:30: non-numeric feature value in token '2:x'"):
+            list(letor.read_queries(path, 2))
+    good = lines[:29] + lines[30:]
+    path = write(tmp_path / "b.txt", "\r\n".join(good) + "\r\n")
+    queries = list(letor.read_queries(path, 2))
+    assert sum(len(q.labels) for q in queries) == 39
+    np.testing.assert_array_equal(queries[-1].features[:, 0], [36.5, 37.5, 38.5, 39.5])
+    assert letor.read_group_sizes(write(tmp_path / "s.query", "\ufeff2\r\r3\r")).tolist() == [2, 3]
 
 
 def test_dense_and_sparse_paths_agree(tmp_path):
@@ -181,6 +204,16 @@ BAD_INPUTS = [
     ("1 qid:1 2:0.5 2:0.7\n", None, r"bad\.txt:1: feature index 2 repeated in token '2:0\.7'"),
     ("1 qid:1 1:1 2:2\n0 qid:1 1:1 9:2\n", 5,
      r"bad\.txt:2: feature index 9 is above num_features=5 in token '9:2'"),
+    # Python's int() and float() take more than LETOR syntax: underscores, '1.0' as an index.
+    ("1 qid:1 1:1_0\n", None, r"bad\.txt:1: non-numeric feature value in token '1:1_0' \(LETOR numbers are plain"),
+    ("1 qid:1 1:0.5 2:1_0.5\n", None, r"bad\.txt:1: non-numeric feature value in token '2:1_0\.5'"),
+    ("1_0 qid:1 1:0.5\n", None, r"bad\.txt:1: non-numeric label '1_0'"),
+    ("1 qid:1 1.0:0.5\n", None, r"bad\.txt:1: feature index must be a positive integer, got token '1\.0:0\.5'"),
+    ("1 qid:1 1:0.5 2e0:0.5\n", None, r"bad\.txt:1: feature index must be a positive integer, got token '2e0:0\.5'"),
+    ("1 qid:1 +1:0.5\n", None, r"bad\.txt:1: feature index must be a positive integer, got token '\+1:0\.5'"),
+    ("1 qid:1\u00a01:0.5\n0 qid:1 1:0.2\n", None, r"bad\.txt:1: non-ASCII whitespace U\+00A0 in the line"),
+    ("1 qid:1 1:0.5\n0 qid:1 1:0.2\u3000\n", None, r"bad\.txt:2: non-ASCII whitespace U\+3000 in the line"),
+    ("1 qid:1 1:0.1 1000000000:0.2\n", 5, r"bad\.txt:1: feature index 1000000000 is above num_features=5"),
     ("", None, r"bad\.txt: no documents \(the file is empty or has only comments\)"),
     ("# only a comment\n\n", 3, r"bad\.txt: no documents"),
 ]
@@ -194,6 +227,30 @@ def test_bad_input_names_file_line_and_token(tmp_path, text, num_features, messa
     with pytest.raises(LetorFormatError, match=message):
         list(letor.read_queries(path, num_features or 9 if assume_contiguous else num_features,
                                 assume_contiguous=assume_contiguous))
+
+
+def test_inferred_width_is_limited_to_the_indices_in_use(tmp_path):
+    """F from the data: up to max(1000, 10 x distinct indices in use), never above 100,000."""
+    def rows(indices_per_line):
+        return "".join(f"0 qid:1 {' '.join(f'{i}:1' for i in line)}\n" for line in indices_per_line)
+
+    accepted = [[[1, 1000]], [list(range(1, 201)), [2000]]]  # 2 in use: 1000; 201 in use: 2010
+    for lines in accepted:
+        path = write(tmp_path / "ok.txt", rows(lines))
+        assert letor.scan(path, with_features=True).num_features == lines[-1][-1]
+    refused = [([[1, 1_000_000_000]], 2, 1000, 1), ([[1, 1001]], 2, 1000, 1), ([list(range(1, 47))] * 50 + [[1, 4600]] + [[2, 3]], 47, 1000, 51),
+               ([list(range(k, k + 1000)) for k in range(1, 11001, 1000)] + [[100_001]], 11_001, 100_000, 12)]
+    for lines, used, limit, lineno in refused:
+        path = write(tmp_path / "far.txt", rows(lines))
+        message = (rf"far\.txt:{lineno}: feature index {lines[lineno - 1][-1]} is far beyond the others; .* "
+                   rf"up to {limit} here \(10 x the {used} distinct indices in use")
+        for read in (lambda: letor.scan(path, with_features=True), lambda: list(letor.read_queries(path)),
+                     lambda: list(letor.read_queries(path, assume_contiguous=True))):
+            with pytest.raises(LetorFormatError, match=message):
+                read()
+        assert letor.peek_num_features(path) is None, "no width guessed from an outlier"
+    path = write(tmp_path / "wide.txt", rows([[1, 4600]]))
+    assert next(letor.read_queries(path, 4600)).features.shape == (1, 4600), "asked for: read"
 
 
 def test_large_labels_need_an_explicit_max_label(tmp_path):

@@ -97,7 +97,13 @@ def main(argv=None) -> int:
     p.add_argument("inputs", nargs="+", help="LETOR/SVMlight files, or one fold-layout directory")
     p.add_argument("--output", required=True, help="output directory")
     p.add_argument("--shards", type=int, default=1, help="number of TFRecord files (default 1)")
-    p.add_argument("--num-features", type=int, default=None, help="F (default: the largest index seen)")
+    p.add_argument(
+        "--num-features",
+        type=int,
+        default=None,
+        help="F (default: the largest index seen, if at most 10 x the distinct indices in use or 1000, "
+        f"and never above {letor.MAX_INFERRED_FEATURES}; a larger index is an error unless F is given)",
+    )
     p.add_argument("--format", default="elwc", choices=["elwc", "sequence_example"])
     p.add_argument(
         "--assume-contiguous", action="store_true", help="fail, not regroup, if a qid's lines are split"

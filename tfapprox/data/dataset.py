@@ -74,10 +74,10 @@ def _resolve_files(file_pattern) -> list[Path]:
 
 def _is_letor_text(path: Path) -> bool:
     with open(path, "rb") as handle:
-        head = handle.read(4096)
+        head = handle.read(4096).removeprefix(letor.UTF8_BOM)
     if head[:2] == b"\x1f\x8b":
         return True
-    for line in head.split(b"\n"):
+    for line in head.splitlines():
         line = line.split(b"#", 1)[0]
         if line.strip():
             return bool(_TEXT_START.match(line))
@@ -144,10 +144,10 @@ def describe(file_pattern, num_features: int | None = None) -> DatasetInfo:
     kinds = {i.kind for i in infos}
     if len(kinds) > 1:
         text = next(i.path for i in infos if i.kind == "letor")
-        raise ValueError(f"file_pattern mixes LETOR text ({text}) and TFRecord files")
+        raise letor.mixed_inputs_error(text, next(i.path for i in infos if i.kind == "tfrecord"))
     if kinds == {"letor"}:
         if num_features is None:
-            num_features = max(letor.scan(files, with_features=True).num_features, 1)
+            num_features = letor.scan(files, with_features=True).num_features
         return DatasetInfo(files, "letor", "elwc", "vector", num_features, tf.float32, None, None)
 
     specs = {}

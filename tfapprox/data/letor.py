@@ -1,8 +1,17 @@
 """Streaming reader for LETOR / SVMlight ranking text.
 
 One document a line: ``label qid:ID index:value index:value ... # optional comment``. Feature
-indices are 1-based and may be sparse (a missing feature reads as 0). Lines may end in CRLF, files may
-be gzip-compressed (detected from the magic bytes), and blank or comment-only lines are skipped.
+indices are 1-based ASCII digits and may be sparse (a missing feature reads as 0); labels and values
+are plain decimals with an optional exponent (``2``, ``-0.5``, ``1e-3``: no ``1_0``, no hex). Tokens are
+separated by ASCII spaces or tabs (other whitespace, such as a non-breaking space, is an error). Lines
+may end in LF, CRLF or CR alone, a UTF-8 byte order mark at the start is skipped, files may be
+gzip-compressed (detected from the magic bytes), and blank or comment-only lines are skipped.
+
+Without ``num_features`` the width F is the largest feature index, and every document is stored with F
+floats, so a stray huge index would blow up memory and output. An inferred F is therefore accepted only
+up to ``max(1000, 10 x the number of distinct indices in use)`` and never above
+``MAX_INFERRED_FEATURES`` (100,000); a larger index is an error naming its file and line, and a wider
+F must be asked for with ``num_features``. With ``num_features``, any index above it is an error.
 
 LightGBM / XGBoost ranking files leave ``qid:ID`` out and give the group sizes (documents per query,
 in line order, one integer per line) in a separate file: ``<file>.query`` (LightGBM) or
@@ -43,6 +52,17 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 # NDCG's gain 2^y - 1 is exact in float32 up to y = 24 and overflows from y = 128 on; LightGBM's and
 # XGBoost's exponential gains stop at 31 as well. Larger labels are read only when asked for.
 DEFAULT_MAX_LABEL = 31
+# An F inferred from the data: always up to _SMALL_WIDTH, else up to _USED_FACTOR x the distinct indices
+# in use, and never above MAX_INFERRED_FEATURES (see the module docstring).
+MAX_INFERRED_FEATURES = 100_000
+_SMALL_WIDTH = 1000
+_USED_FACTOR = 10
+UTF8_BOM = b"\xef\xbb\xbf"
+_DECIMAL = re.compile(rb"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_NON_FINITE = re.compile(rb"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)  # refused by name, later
+_NUMBER_HINT = "(LETOR numbers are plain decimals such as 2, -0.5 or 1e-3)"
+_IS_NUMBER_BYTE = np.zeros(256, dtype=bool)
+_IS_NUMBER_BYTE[list(_NUMBER_CHARS) + [0]] = True  # 0: padding of the gathered value bytes
 GROUP_SUFFIXES = (".query", ".group")  # LightGBM, XGBoost
 _INDEX_VALUE = re.compile(rb"\d+:")
 _SPLIT_FILES = {
@@ -184,9 +204,11 @@ def sources(
     ``query_files``: a group file per path, in order (None: look beside the file, see
     :func:`find_group_file`). A file is grouped when its first document line has no ``qid:``.
     Raises LetorFormatError for such a file without a group file, a group file given for a file with
-    ``qid:``, inputs that mix the two kinds, or a malformed group file.
+    ``qid:``, inputs that mix the two kinds, binary files (TFRecords) among the inputs, or a malformed
+    group file.
     """
     paths = as_paths(paths)
+    _refuse_binary(paths)
     if query_files is None:
         query_files = [None] * len(paths)
     elif isinstance(query_files, (str, os.PathLike)):
@@ -233,11 +255,44 @@ def sources(
     return result
 
 
+def mixed_inputs_error(text: PathLike, record: PathLike) -> LetorFormatError:
+    """The error for inputs that mix LETOR text and TFRecord files (whichever comes first)."""
+    return LetorFormatError(
+        f"inputs mix LETOR text ({text}) and TFRecord files ({record}); give one kind: convert the "
+        "text first (python -m tfapprox.data convert) or give only text"
+    )
+
+
+def _is_binary(path: Path) -> bool:
+    """True if the (decompressed) start of ``path`` holds a NUL byte, which LETOR text never does.
+
+    A TFRecord file always does: it starts with its first record's length as 8 little-endian bytes.
+    """
+    try:
+        with open_text(path) as handle:
+            return b"\0" in handle.read(4096)
+    except (EOFError, gzip.BadGzipFile, zlib.error):
+        return False  # damaged gzip: the parser names it
+
+
+def _refuse_binary(paths: list[Path]) -> None:
+    binary = [p for p in paths if _is_binary(p)]
+    if not binary:
+        return
+    text = [p for p in paths if p not in binary]
+    if text:
+        raise mixed_inputs_error(text[0], binary[0])
+    raise LetorFormatError(
+        f"{binary[0]}: binary data, not LETOR text (a TFRecord file? those are read as they are, "
+        "without conversion)"
+    )
+
+
 def read_group_sizes(path: PathLike) -> np.ndarray:
     """Returns the group sizes of a LightGBM ``.query`` / XGBoost ``.group`` file: one integer a line."""
     sizes = []
-    with open_text(path) as handle:
-        for lineno, raw in enumerate(handle.read().split(b"\n"), 1):
+    for first_lineno, data in _iter_chunks(Path(path)):
+        for lineno, raw in enumerate(data.split(b"\n"), first_lineno):
             token = raw.strip()
             if not token:
                 continue
@@ -283,10 +338,13 @@ def _group_mismatch(source: Source, num_docs: int) -> LetorFormatError:
 # Chunks of lines -> parsed blocks (optionally in worker processes)
 # --------------------------------------------------------------------------------------------------
 def _iter_chunks(path: Path) -> Iterator[tuple[int, bytes]]:
-    """Yields ``(number of the chunk's first line, bytes of whole lines)`` read in large pieces."""
+    """Yields ``(number of the chunk's first line, bytes of whole lines)`` read in large pieces.
+
+    A leading UTF-8 byte order mark is dropped, and CRLF and CR line ends are turned into LF.
+    """
     lineno = 1
     with open_text(path) as handle:
-        rest = b""
+        rest = handle.read(len(UTF8_BOM)).removeprefix(UTF8_BOM)
         while True:
             try:
                 data = handle.read(_CHUNK_BYTES)
@@ -297,16 +355,27 @@ def _iter_chunks(path: Path) -> Iterator[tuple[int, bytes]]:
                 ) from None
             if not data:
                 break
-            data = rest + data
+            data, held = rest + data, b""
+            if data.endswith(b"\r"):  # maybe half of a CRLF that the next read completes
+                data, held = data[:-1], b"\r"
+            data = _unify_line_ends(data)
             cut = data.rfind(b"\n")
             if cut < 0:
-                rest = data
+                rest = data + held
                 continue
-            rest = data[cut + 1:]
+            rest = data[cut + 1:] + held
             yield lineno, data[:cut]
             lineno += data.count(b"\n", 0, cut) + 1
+        rest = _unify_line_ends(rest)
         if rest:
             yield lineno, rest
+
+
+def _unify_line_ends(data: bytes) -> bytes:
+    """Returns ``data`` with CRLF and lone CR (old Mac) line ends as LF."""
+    if b"\r" not in data:
+        return data
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
 
 def _show(token: bytes) -> str:
@@ -321,6 +390,8 @@ class _Block(NamedTuple):
     linenos: np.ndarray  # [n] line number of each document
     features: np.ndarray | None  # [n, num_features] float32; None when parsed without num_features
     max_index: int  # largest feature index in the block (0 if none)
+    max_line: int  # line of the first document with max_index (0 if none)
+    used: np.ndarray | None  # [k] the distinct feature indices; only when parsed without num_features
 
 
 def _parse_chunk(
@@ -341,6 +412,8 @@ def _parse_chunk(
         hash_at = raw.find(b"#")
         if hash_at >= 0:
             raw = raw[:hash_at]
+        if not raw.isascii():
+            _refuse_unicode_space(path, lineno, raw)
         parts = raw.split(None, 1 if grouped else 2)
         if not parts:
             continue
@@ -348,10 +421,11 @@ def _parse_chunk(
             raise LetorFormatError(
                 f"{path}:{lineno}: expected 'LABEL qid:ID INDEX:VALUE ...', got only {_show(parts[0])}"
             )
-        try:
-            label = float(parts[0])
-        except ValueError:
-            raise LetorFormatError(f"{path}:{lineno}: non-numeric label {_show(parts[0])}") from None
+        label = float(parts[0]) if parts[0].isdigit() else _parse_number(parts[0])  # isdigit: fast
+        if label is None:
+            raise LetorFormatError(
+                f"{path}:{lineno}: non-numeric label {_show(parts[0])} {_NUMBER_HINT}"
+            )
         if not (label >= 0.0 and math.isfinite(label)):
             raise LetorFormatError(
                 f"{path}:{lineno}: label {_show(parts[0])} is not a finite number >= 0 "
@@ -387,6 +461,27 @@ def _parse_chunk(
     if qids:
         blocks.append(_parse_block(path, qids, labels, linenos, bodies, num_features))
     return blocks
+
+
+def _parse_number(text: bytes) -> float | None:
+    """Returns ``float(text)`` for LETOR number syntax (and nan/inf, which callers refuse by name).
+
+    None for anything else Python's float() would take too: ``1_0``, non-ASCII digits, spaces.
+    """
+    if _DECIMAL.fullmatch(text) or _NON_FINITE.fullmatch(text):
+        return float(text)
+    return None
+
+
+def _refuse_unicode_space(path: Path, lineno: int, raw: bytes) -> None:
+    """Raises LetorFormatError if ``raw`` holds whitespace other than ASCII (which splits tokens)."""
+    text = raw.decode("utf-8", errors="replace")
+    space = next((c for c in text if not c.isascii() and c.isspace()), None)
+    if space is not None:
+        raise LetorFormatError(
+            f"{path}:{lineno}: non-ASCII whitespace U+{ord(space):04X} in the line; LETOR tokens are "
+            "separated by ASCII spaces or tabs"
+        )
 
 
 def _iter_blocks(
@@ -474,15 +569,20 @@ def _parse_block(path, qids, labels, linenos, bodies, num_features) -> _Block:
     linenos_array = np.asarray(linenos, dtype=np.int64)
     dense = _parse_dense(bodies)
     if dense is not None:
-        max_index = dense.shape[1]
+        max_index, max_line = dense.shape[1], linenos[0]
     else:
         parsed = _parse_sparse(bodies)
         if parsed is None:
             parsed = _parse_slowly(path, linenos, bodies)
         counts, indices, values = parsed
-        max_index = int(indices.max()) if indices.size else 0
+        max_index, max_line = 0, 0
+        if indices.size:
+            at = int(np.argmax(indices))
+            max_index = int(indices[at])
+            max_line = linenos[int(np.searchsorted(np.cumsum(counts), at, side="right"))]
     if num_features is None:
-        return _Block(qids, labels_array, linenos_array, None, max_index)
+        used = np.arange(1, max_index + 1) if dense is not None else np.unique(indices)
+        return _Block(qids, labels_array, linenos_array, None, max_index, max_line, used)
     if max_index > num_features:
         _parse_slowly(path, linenos, bodies, num_features)  # names the first offending line and token
     if dense is not None and dense.shape[1] == num_features:
@@ -493,7 +593,7 @@ def _parse_block(path, qids, labels, linenos, bodies, num_features) -> _Block:
             features[:, : dense.shape[1]] = dense
         else:
             features[np.repeat(np.arange(len(qids)), counts), indices - 1] = values
-    return _Block(qids, labels_array, linenos_array, features, max_index)
+    return _Block(qids, labels_array, linenos_array, features, max_index, max_line, None)
 
 
 def _parse_dense(bodies: list[bytes]) -> np.ndarray | None:
@@ -504,6 +604,12 @@ def _parse_dense(bodies: list[bytes]) -> np.ndarray | None:
     text = b"\n".join(bodies)
     expected = b"\n".join([_dense_skeleton(num_pairs)] * len(bodies))
     if text.translate(None, _NUMBER_CHARS) != expected:
+        return None
+    # Indices are digits only ('1.0:' or '1e2:' would load as numbers): without the digits, every
+    # colon follows a space, a line break or the start.
+    no_digits = text.translate(None, b"0123456789")
+    bare = no_digits.count(b" :") + no_digits.count(b"\n:") + no_digits.startswith(b":")
+    if bare != num_pairs * len(bodies):
         return None
     try:
         numbers = np.loadtxt(
@@ -559,6 +665,8 @@ def _parse_sparse(bodies: list[bytes]):
     columns = np.arange(width)
     gathered = data[np.minimum(colons[:, None] + 1 + columns, data.size - 1)]
     gathered[columns >= value_len[:, None]] = 0
+    if not _IS_NUMBER_BYTE[gathered].all():  # float() would take '1_0', ' 1', 'nan', ...
+        return None
     try:
         values = np.ascontiguousarray(gathered).view(f"S{width}").ravel().astype(np.float64)
     except ValueError:
@@ -607,12 +715,11 @@ def _parse_slowly(path, linenos, bodies, num_features=None):
                     f"{where}: feature index {index} is above num_features={num_features} "
                     f"in token {_show(token)}"
                 )
-            try:
-                value = float(value_text)
-            except ValueError:
+            value = _parse_number(value_text)
+            if value is None:
                 raise LetorFormatError(
-                    f"{where}: non-numeric feature value in token {_show(token)}"
-                ) from None
+                    f"{where}: non-numeric feature value in token {_show(token)} {_NUMBER_HINT}"
+                )
             if not math.isfinite(value):
                 raise LetorFormatError(f"{where}: non-finite feature value in token {_show(token)}")
             if abs(value) > _FLOAT32_MAX:
@@ -637,16 +744,54 @@ def _parse_slowly(path, linenos, bodies, num_features=None):
 # --------------------------------------------------------------------------------------------------
 # Queries
 # --------------------------------------------------------------------------------------------------
-def peek_num_features(paths: PathLike | Iterable[PathLike], query_files=None) -> int:
-    """Returns the largest feature index in the first chunk (about 1 MB) of each file: a guess of F."""
-    largest = 0
+class _IndexTally:
+    """The largest feature index of parsed blocks (and where it first is), and the indices in use."""
+
+    def __init__(self):
+        self.in_use = np.zeros(MAX_INFERRED_FEATURES + 1, dtype=bool)
+        self.largest = 0
+        self.where = ""
+
+    def add(self, path: Path, block: _Block) -> None:
+        if block.max_index > self.largest:
+            self.largest, self.where = block.max_index, f"{path}:{block.max_line}"
+        self.in_use[block.used[block.used <= MAX_INFERRED_FEATURES]] = True
+
+    def width(self) -> int:
+        """Returns F, the largest index (at least 1); LetorFormatError if it is beyond the limit.
+
+        The limit: ``max(1000, 10 x distinct indices in use)``, at most MAX_INFERRED_FEATURES.
+        """
+        used = int(self.in_use.sum()) + (self.largest > MAX_INFERRED_FEATURES)
+        limit = min(MAX_INFERRED_FEATURES, max(_SMALL_WIDTH, _USED_FACTOR * used))
+        if self.largest > limit:
+            raise LetorFormatError(
+                f"{self.where}: feature index {self.largest} is far beyond the others; without "
+                f"num_features the width F is inferred only up to {limit} here (10 x the {used} "
+                f"distinct indices in use, at least {_SMALL_WIDTH}, never above "
+                f"{MAX_INFERRED_FEATURES}), as every document is stored with F floats; if the index "
+                "is meant, pass num_features (--num-features)"
+            )
+        return max(self.largest, 1)
+
+
+def peek_num_features(paths: PathLike | Iterable[PathLike], query_files=None) -> int | None:
+    """Returns the largest feature index in the first chunk (about 1 MB) of each file: a guess of F.
+
+    None if that index is beyond the limit of an inferred width (see :class:`_IndexTally`): only a
+    full :func:`scan` can tell whether the rest of the files fill the range.
+    """
+    tally = _IndexTally()
     for source in sources(paths, query_files):
         grouped = source.group_sizes is not None
         for lineno, data in _iter_chunks(source.path):
-            blocks = _parse_chunk(source.path, lineno, data, None, grouped)
-            largest = max([largest] + [b.max_index for b in blocks])
+            for block in _parse_chunk(source.path, lineno, data, None, grouped):
+                tally.add(source.path, block)
             break
-    return max(largest, 1)
+    try:
+        return tally.width()
+    except LetorFormatError:
+        return None
 
 
 class Scan(NamedTuple):
@@ -668,7 +813,8 @@ def scan(
 
     Without ``with_features`` only the first two tokens of each line are looked at (fast); with it
     every line is parsed. ``query_files``: see :func:`sources`. Raises LetorFormatError for an empty
-    file, a malformed line, or group sizes that do not add up to a file's documents.
+    file, a malformed line, group sizes that do not add up to a file's documents, or (with features)
+    a largest index beyond the limit of an inferred width (see the module docstring).
     """
     return _scan(sources(paths, query_files), with_features, workers)
 
@@ -676,14 +822,14 @@ def scan(
 def _scan(inputs: list[Source], with_features: bool, workers: int | None) -> Scan:
     workers = default_workers([s.path for s in inputs]) if workers is None else workers
     counts: dict[bytes, int] = {}
-    max_index = 0
+    tally = _IndexTally()
     num_docs = 0
     for source in inputs:
         path = source.path
         file_docs = 0
         if with_features:
             for block in _iter_blocks(source, None, workers):
-                max_index = max(max_index, block.max_index)
+                tally.add(path, block)
                 for qid in block.qids:
                     counts[qid] = counts.get(qid, 0) + 1
                 file_docs += len(block.qids)
@@ -707,7 +853,7 @@ def _scan(inputs: list[Source], with_features: bool, workers: int | None) -> Sca
         if file_docs == 0:
             raise LetorFormatError(f"{path}: no documents (the file is empty or has only comments)")
         num_docs += file_docs
-    return Scan(counts, max_index if with_features else None, num_docs)
+    return Scan(counts, tally.width() if with_features else None, num_docs)
 
 
 def read_queries(
@@ -726,7 +872,8 @@ def read_queries(
       paths: one LETOR/SVMlight file or several (plain or gzip); a query id shared by several files
         is one query.
       num_features: F; features come back as ``[n, F]``. An index above F raises LetorFormatError.
-        ``None`` parses the files once more up front to find the largest index.
+        ``None`` parses the files once more up front to find the largest index, which must not be far
+        beyond the indices in use (see the module docstring).
       assume_contiguous: skip the pre-pass over query ids (one read instead of two) and hand a query
         out when its run of lines ends; a query id that comes back later then raises an error.
       workers: processes that parse text (forked; they run numpy only). ``None``: 1 for inputs under
@@ -755,7 +902,7 @@ def read_queries(
     elif plan is None and not assume_contiguous:
         plan = _scan(inputs, False, workers)
     if num_features is None:
-        num_features = max(plan.num_features, 1)
+        num_features = plan.num_features
     if plan is None:
         yield from _read_contiguous(inputs, num_features, workers, max_label)
     else:

@@ -6,6 +6,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -151,6 +152,98 @@ def test_python_dash_m_entry_point(tmp_path, small):
         [sys.executable, "-m", "tfapprox.data", "convert", str(tmp_path / "missing.txt"), "--output",
          str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "no such LETOR file" in run.stderr
+
+
+def test_a_huge_feature_index_is_refused_before_allocating(tmp_path, capsys):
+    text = tmp_path / "in.txt"
+    text.write_text("1 qid:1 1:0.1 1000000000:0.2\n")
+    tracemalloc.start()
+    try:
+        assert cli(["convert", str(text), "--output", str(tmp_path / "out")]) == 2
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak} bytes allocated"
+    error = capsys.readouterr().err
+    assert re.search(r"in\.txt:1: feature index 1000000000 is far beyond the others; without num_features the "
+                     r"width F is inferred only up to 1000 here \(.* never above 100000\).*--num-features", error)
+    assert cli(["convert", str(text), "--output", str(tmp_path / "out"), "--num-features", "5"]) == 2
+    assert "in.txt:1: feature index 1000000000 is above num_features=5" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"], "nothing written"
+
+
+def test_text_and_records_mixed_in_either_order_are_named(tmp_path, small, capsys):
+    text = small["paths"]["vali"]
+    shard = small["records"] / "part-00000-of-00003.tfrecord"
+    message = f"inputs mix LETOR text ({text}) and TFRecord files ({shard}); give one kind"
+    for inputs in ([text, shard], [shard, text]):
+        with pytest.raises(letor.LetorFormatError) as caught:
+            converter.convert(inputs, tmp_path / "out")
+        assert str(caught.value).startswith(message)
+        with pytest.raises(ValueError) as caught:
+            dataset.describe(inputs)
+        assert str(caught.value).startswith(message)
+        assert cli(["convert", *map(str, inputs), "--output", str(tmp_path / "out")]) == 2
+        error = capsys.readouterr().err
+        assert message in error and "\\x00" not in error
+    assert cli(["convert", str(shard), "--output", str(tmp_path / "out")]) == 2
+    assert f"{shard}: binary data, not LETOR text (a TFRecord file?" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_text_with_a_byte_order_mark_is_text(tmp_path, small):
+    """The trainer asks inspect_file whether its input is text; a BOM must not make it a TFRecord."""
+    text = tmp_path / "bom.txt"
+    text.write_bytes(b"\xef\xbb\xbf" + small["paths"]["train"].read_bytes())
+    assert dataset.inspect_file(text).kind == "letor"
+    assert_lists_equal(lists_of(dataset.ranking_dataset(text, 8, shuffle=False)), small["queries"])
+
+
+def symlinked_output(tmp_path, small):
+    """``out`` -> ``real/``, which holds a converted set; returns (link, {name: bytes} of the set)."""
+    real = tmp_path / "real"
+    converter.convert(small["paths"]["vali"], real)
+    (tmp_path / "out").symlink_to(real)
+    return tmp_path / "out", {p.name: p.read_bytes() for p in real.iterdir()}
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_symlinked_output_is_refused_before_writing(tmp_path, small, capsys, overwrite):
+    link, before = symlinked_output(tmp_path, small)
+    argv = ["convert", str(small["paths"]["train"]), "--output", str(link)] + ["--overwrite"] * overwrite
+    assert cli(argv) == 2
+    assert f"error: {link} is a symbolic link (to {tmp_path / 'real'}); convert never writes through a link" in (
+        capsys.readouterr().err)
+    assert link.is_symlink() and {p.name: p.read_bytes() for p in link.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "real"], "nothing left beside it"
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "train.txt").symlink_to(small["paths"]["train"])
+    for name in ("vali", "test"):
+        (tmp_path / "text" / f"{name}.txt").symlink_to(small["paths"][name])
+    with pytest.raises(FileExistsError, match="out is a symbolic link"):
+        converter.convert_tree(tmp_path / "text", link, overwrite=overwrite)
+    assert {p.name: p.read_bytes() for p in link.iterdir()} == before
+
+
+def test_convert_deletes_only_what_it_wrote(tmp_path, small, monkeypatch):
+    """Leftover-looking names beside the output, and links inside it, are the user's: kept."""
+    monkeypatch.setattr(os, "getpid", lambda: 4242)  # the names an older version would have reused
+    out = tmp_path / "out"
+    converter.convert(small["paths"]["vali"], out)
+    for name in (".out.converting-4242", ".out.replaced-4242"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "mine.txt").write_text("mine")
+    assert converter.convert(small["paths"]["train"], out, overwrite=True)["num_lists"] == 60
+    for name in (".out.converting-4242", ".out.replaced-4242"):
+        assert (tmp_path / name / "mine.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.converting-4242", ".out.replaced-4242", "out"]
+    notes = tmp_path / "notes.md"
+    notes.write_text("mine")
+    (out / "spec.json").unlink()
+    (out / "spec.json").symlink_to(notes)
+    with pytest.raises(FileExistsError, match=r"out holds spec\.json, which convert did not write"):
+        converter.convert(small["paths"]["vali"], out, overwrite=True)
+    assert (out / "spec.json").is_symlink() and notes.read_text() == "mine"
 
 
 def test_non_contiguous_input_converts_grouped(tmp_path):
@@ -483,6 +576,25 @@ def test_generated_text_reads_back_exactly(tmp_path):
     assert (summary["num_queries"], summary["num_features"]) == (5, 3)
     with pytest.raises(ValueError, match="label_levels must be one of"):
         synthetic.write_letor(tmp_path / "x.txt", label_levels=4)
+
+
+def test_generated_data_goes_to_new_files_only(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "train.txt.tmp").symlink_to(victim)  # the temporary name an older version wrote through
+    paths = synthetic.write_splits(gen, 9, 4, 3)
+    assert victim.read_text() == "mine" and (gen / "train.txt.tmp").is_symlink()
+    assert sorted(p.name for p in gen.iterdir()) == ["test.txt", "train.txt", "train.txt.tmp", "vali.txt"]
+    before = paths["train"].read_bytes()
+    with pytest.raises(FileExistsError, match=r"train\.txt exists; generated data goes to new files only"):
+        synthetic.write_splits(gen, 9, 4, 3, seed=1)
+    assert paths["train"].read_bytes() == before
+    (tmp_path / "link.txt").symlink_to(victim)
+    with pytest.raises(FileExistsError, match=r"link\.txt exists"):
+        synthetic.write_letor(tmp_path / "link.txt", 3, 2, 2)
+    assert victim.read_text() == "mine" and (tmp_path / "link.txt").is_symlink()
 
 
 def test_feature_index_beyond_the_first_lines_widens_f(tmp_path):

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Iterable
 
@@ -13,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfapprox.data import letor, records
+from tfapprox.data.writing import create_file, new_directory, refuse_symlink
 
 SPEC_NAME = "spec.json"
 SHARD_SUFFIX = ".tfrecord"
@@ -79,9 +81,10 @@ def convert(
     ``max_label``: a larger label is an error naming its line (None: no limit); see
     :func:`letor.read_queries`.
 
-    The set is written to a sibling directory and renamed into place when complete: a failed
-    conversion leaves ``output_dir`` as it was. An existing set is replaced only with ``overwrite``,
-    and a directory holding files other than shards and ``spec.json`` is refused.
+    The set is written to a new sibling directory and renamed into place when complete: a failed
+    conversion leaves ``output_dir`` as it was. An existing set is replaced only with ``overwrite``;
+    a directory holding anything but shards and ``spec.json`` (regular files), and an ``output_dir``
+    that is a symbolic link, are refused before anything is written.
     """
     if record_format not in records.RECORD_FORMATS:
         raise ValueError(f"record_format must be one of {records.RECORD_FORMATS}; got {record_format!r}")
@@ -97,25 +100,26 @@ def convert(
         )
     # The new set is written beside the output directory and swapped in only when complete, so a
     # failed or interrupted conversion leaves the previous set as it was.
-    staging = output_dir.with_name(f".{output_dir.name}.converting-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = new_directory(output_dir.parent, f".{output_dir.name}.converting-")
     try:
         spec = _convert_into(
             sources, staging, num_shards, num_features, record_format, assume_contiguous, workers,
             max_label,
         )
-        _swap_in(staging, output_dir)
+        _swap_in(staging, output_dir, previous)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)  # ours: created above; gone after the swap
     return spec
 
 
 def _previous_output(output_dir: Path) -> list[Path]:
     """Returns the shards and spec of an earlier conversion in ``output_dir``.
 
-    Raises FileExistsError if the directory holds anything else: it is replaced as a whole.
+    Raises FileExistsError if ``output_dir`` is a symbolic link or not a directory, or holds anything
+    else: it is replaced as a whole.
     """
+    refuse_symlink(output_dir, "convert")
     if not output_dir.exists():
         return []
     if not output_dir.is_dir():
@@ -133,23 +137,36 @@ def _previous_output(output_dir: Path) -> list[Path]:
 
 def _is_converter_output(path: Path) -> bool:
     name = path.name.removesuffix(".tmp")  # ".tmp": left by an interrupted older version
-    return path.is_file() and (name == SPEC_NAME or name.endswith(SHARD_SUFFIX))
+    regular = path.is_file() and not path.is_symlink()
+    return regular and (name == SPEC_NAME or name.endswith(SHARD_SUFFIX))
 
 
-def _swap_in(staging: Path, output_dir: Path) -> None:
-    """Renames ``staging`` to ``output_dir``, replacing (and then deleting) an existing one."""
+def _swap_in(staging: Path, output_dir: Path, previous: list[Path]) -> None:
+    """Renames ``staging`` to ``output_dir``; an existing one, holding ``previous``, is deleted.
+
+    Only the files of ``previous`` and the directory that held them are deleted: if anything else has
+    appeared there meanwhile, the old directory is left aside (renamed) with a warning naming it.
+    """
     if not output_dir.exists():
         os.rename(staging, output_dir)
         return
-    replaced = output_dir.with_name(f".{output_dir.name}.replaced-{os.getpid()}")
-    shutil.rmtree(replaced, ignore_errors=True)
+    holder = new_directory(output_dir.parent, f".{output_dir.name}.replaced-")
+    replaced = holder / output_dir.name
     os.rename(output_dir, replaced)
     try:
         os.rename(staging, output_dir)
     except BaseException:
         os.rename(replaced, output_dir)
+        holder.rmdir()
         raise
-    shutil.rmtree(replaced)
+    for path in previous:
+        (replaced / path.name).unlink(missing_ok=True)
+    try:
+        replaced.rmdir()
+        holder.rmdir()
+    except OSError:  # something else appeared in the old directory meanwhile: not ours to delete
+        warnings.warn(f"{output_dir} was replaced; its old directory held files convert did not "
+                      f"write, and was kept as {replaced}")
 
 
 def _convert_into(sources, output_dir, num_shards, num_features, record_format, assume_contiguous,
@@ -159,21 +176,28 @@ def _convert_into(sources, output_dir, num_shards, num_features, record_format, 
     read_options = {"query_files": [s.group_file for s in sources]}
     workers = letor.default_workers(paths) if workers is None else workers
     names = [shard_name(i, num_shards) for i in range(num_shards)]
-    try:
-        # One pass, for queries in contiguous lines (the norm) and F known or seen in the first lines.
-        width = num_features or letor.peek_num_features(paths, **read_options)
-        queries = letor.read_queries(
-            paths, width, assume_contiguous=True, workers=workers, max_label=max_label, **read_options
-        )
-        written = _write_shards(queries, output_dir, names, record_format)
-    except (letor.QueryOrderError, letor.FeatureIndexError) as err:
-        if isinstance(err, letor.QueryOrderError) and assume_contiguous:
-            raise
-        if isinstance(err, letor.FeatureIndexError) and num_features is not None:
-            raise
-        # Non-contiguous queries, or a feature index beyond the first lines': plan, then read again.
+    written = None
+    # One pass, for queries in contiguous lines (the norm) and F known or settled by the first lines.
+    width = num_features or letor.peek_num_features(paths, **read_options)
+    if width is not None:
+        try:
+            queries = letor.read_queries(
+                paths, width, assume_contiguous=True, workers=workers, max_label=max_label,
+                **read_options,
+            )
+            written = _write_shards(queries, output_dir, names, record_format)
+        except (letor.QueryOrderError, letor.FeatureIndexError) as err:
+            if isinstance(err, letor.QueryOrderError) and assume_contiguous:
+                raise
+            if isinstance(err, letor.FeatureIndexError) and num_features is not None:
+                raise
+            for name in names:  # the partial shards of this pass, written again below
+                (output_dir / name).unlink()
+    if written is None:
+        # Non-contiguous queries, or a feature index beyond (or too far for) the first lines: plan,
+        # then read again.
         plan = letor.scan(paths, with_features=num_features is None, workers=workers, **read_options)
-        width = num_features or max(plan.num_features, 1)
+        width = num_features or plan.num_features
         queries = letor.read_queries(
             paths, width, workers=workers, plan=plan, max_label=max_label, **read_options
         )
@@ -198,7 +222,8 @@ def _convert_into(sources, output_dir, num_shards, num_features, record_format, 
             for shard in written["shards"]
         ],
     }
-    (output_dir / SPEC_NAME).write_text(json.dumps(spec, indent=2) + "\n")
+    with os.fdopen(create_file(output_dir / SPEC_NAME), "w") as handle:
+        handle.write(json.dumps(spec, indent=2) + "\n")
     return spec
 
 
@@ -208,6 +233,8 @@ def _write_shards(queries, output_dir: Path, names: list[str], record_format: st
     shard_docs = [0] * len(names)
     labels = _LabelStats()
     list_sizes = []
+    for name in names:  # TFRecordWriter follows links: create each file first, as a new regular file
+        os.close(create_file(output_dir / name))
     writers = [tf.io.TFRecordWriter(str(output_dir / name)) for name in names]
     try:
         for i, query in enumerate(queries):
@@ -239,7 +266,8 @@ def convert_tree(input_dir, output_dir, **kwargs) -> dict[str, dict]:
 
     ``input_dir`` is either a root with ``Fold<N>/`` directories or one fold directory; each split file
     (``train.txt`` / ``trainingset.txt``, ``vali.txt`` / ``validationset.txt``, ``test.txt`` /
-    ``testset.txt``) becomes ``output_dir/[Fold<N>/]<split>/``.
+    ``testset.txt``) becomes ``output_dir/[Fold<N>/]<split>/``. An ``output_dir`` or ``Fold<N>``
+    directory there that is a symbolic link is refused before anything is written.
     """
     input_dir, output_dir = Path(input_dir), Path(output_dir)
     splits = letor.find_split_files(input_dir)
@@ -248,8 +276,10 @@ def convert_tree(input_dir, output_dir, **kwargs) -> dict[str, dict]:
         jobs = {split: path for split, path in splits.items()}
     else:
         for fold, fold_splits in letor.find_folds(input_dir).items():
+            refuse_symlink(output_dir / fold, "convert")
             for split, path in fold_splits.items():
                 jobs[f"{fold}/{split}"] = path
+    refuse_symlink(output_dir, "convert")
     return {name: convert(path, output_dir / name, **kwargs) for name, path in jobs.items()}
 
 

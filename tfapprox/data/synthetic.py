@@ -18,6 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from tfapprox.data.letor import Query
+from tfapprox.data.writing import create_file, fresh_name
 
 _GRADE_SHARES = {
     2: (0.75,),
@@ -129,18 +130,26 @@ class _LineFormatter:
 
 
 def _write(path: Path, queries) -> dict:
+    """Writes ``queries`` to the new file ``path`` (an existing file or link there is refused)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(path):
+        raise FileExistsError(f"{path} exists; generated data goes to new files only")
     formatter = None
     num_queries = num_docs = 0
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        for query in queries:
-            if formatter is None:
-                formatter = _LineFormatter(query.features.shape[1])
-            handle.write(formatter.format(query.qid, query.labels, query.features))
-            num_queries += 1
-            num_docs += len(query.labels)
-    os.replace(tmp, path)
+    tmp = fresh_name(path.parent, f".{path.name}.")
+    handle = os.fdopen(create_file(tmp), "wb")
+    try:
+        with handle:
+            for query in queries:
+                if formatter is None:
+                    formatter = _LineFormatter(query.features.shape[1])
+                handle.write(formatter.format(query.qid, query.labels, query.features))
+                num_queries += 1
+                num_docs += len(query.labels)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # ours, created above
+        raise
     return {"path": str(path), "num_queries": num_queries, "num_docs": num_docs}
 
 

@@ -1,0 +1,36 @@
+"""Writing only what we create: new files and directories, never through a symbolic link."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+def create_file(path: Path) -> int:
+    """Creates the new regular file ``path`` for writing and returns its descriptor.
+
+    Raises FileExistsError if anything is there already, a symbolic link included (not followed).
+    """
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+
+
+def fresh_name(parent: Path, prefix: str) -> Path:
+    """Returns ``parent/<prefix><pid>-<random>``, a name no other file has (nor any other run uses)."""
+    return parent / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def new_directory(parent: Path, prefix: str) -> Path:
+    """Creates and returns a directory named by :func:`fresh_name`; never takes over an existing one."""
+    path = fresh_name(parent, prefix)
+    path.mkdir()
+    return path
+
+
+def refuse_symlink(path: Path, what: str) -> None:
+    """Raises FileExistsError if ``path`` is a symbolic link: we never write through one."""
+    if path.is_symlink():
+        raise FileExistsError(
+            f"{path} is a symbolic link (to {os.readlink(path)}); {what} never writes through a link: "
+            "give its target or a new path"
+        )

@@ -66,7 +66,9 @@ def test_the_cli_refuses_the_users_config_file_as_a_run_directory(tmp_path, shar
     user_config = project / "config.json"
     user_config.write_text(json.dumps(fold_config(tmp_path, shared_fold, project).to_dict()))
     before = user_config.read_text()
-    assert main(["train", "--config", str(user_config), "--run-dir", str(project)]) == 1
+    with pytest.raises(SystemExit) as exit_info:  # refused before anything loads or trains
+        main(["train", "--config", str(user_config), "--run-dir", str(project)])
+    assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds config.json, which the trainer did not write" in err
     assert user_config.read_text() == before and not (project / "results.json").exists()
@@ -169,6 +171,7 @@ def test_a_changed_training_split_is_not_resumed(tmp_path):
     fold_dir = fold(tmp_path / "fold")
     run_dir = tmp_path / "run"
     train.train(fold_config(tmp_path, fold_dir, run_dir), print_fn=quiet)
+    (fold_dir / "train.txt").unlink()
     synthetic.write_letor(fold_dir / "train.txt", 25, 7, 5, seed=5)  # other queries, same path
     with pytest.raises(checkpoint.CheckpointError,
                        match=r"other training data: train.txt \(\d+ bytes.*then, train.txt"):

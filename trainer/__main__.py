@@ -284,7 +284,7 @@ def _check(command: str, config: config_lib.Config, dist) -> None:
     """Raises for settings that would otherwise fail only once training has begun, or after it:
     the scorer, loss and metrics of every run, the batch size across replicas, data paths, the
     export target."""
-    from trainer import cv, data, train
+    from trainer import cv, data, run_files, train
 
     runs = [fold_run.config for fold_run in cv.plan(config)] if command == "cv" else [config]
     for run in runs:
@@ -293,6 +293,9 @@ def _check(command: str, config: config_lib.Config, dist) -> None:
             dist.check_batch_size(run.train.batch_size)
     if command == "train":
         data.check_sources(config.data)
+        run_files.check_claimable(config.train.run_dir)
+    if command == "cv":
+        run_files.check_claimable(config.cv.out_dir)
     if command == "export" or (command == "train" and config.export.enabled):
         train.check_export_target(config)
 

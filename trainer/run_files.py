@@ -32,6 +32,16 @@ class ForeignRunDir(OSError):
 def claim(run_dir: str | os.PathLike) -> Path:
     """Returns `run_dir` as a directory of the trainer's: made (with its marker) if missing or
     empty, accepted if it has the marker; raises ForeignRunDir for anything else."""
+    run_dir = check_claimable(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / MARKER).is_file():
+        write_text(run_dir / MARKER, "a tfapprox trainer run directory\n")
+    return run_dir
+
+
+def check_claimable(run_dir: str | os.PathLike) -> Path:
+    """Returns `run_dir` if `claim` would take it; raises ForeignRunDir naming what it holds if not.
+    Writes nothing."""
     run_dir = Path(run_dir)
     if run_dir.is_symlink():
         raise ForeignRunDir(
@@ -39,15 +49,13 @@ def claim(run_dir: str | os.PathLike) -> Path:
             f"it made: pass the directory itself ({os.path.realpath(run_dir)}) or a new one")
     if run_dir.exists() and not run_dir.is_dir():
         raise ForeignRunDir(f"run directory {run_dir} exists and is not a directory")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / MARKER).is_file():
+    if run_dir.is_dir() and not (run_dir / MARKER).is_file():
         entries = sorted(p.name for p in run_dir.iterdir())
         if entries:
             raise ForeignRunDir(
                 f"run directory {run_dir} holds {', '.join(entries[:3])}"
                 f"{f' and {len(entries) - 3} more' if len(entries) > 3 else ''}, which the trainer "
                 "did not write (it has no .tfapprox-run marker); choose a new or empty --run-dir")
-        write_text(run_dir / MARKER, "a tfapprox trainer run directory\n")
     return run_dir
 
 

@@ -1,4 +1,5 @@
-"""docs/results.md and its plots, rebuilt from the cached runs of `benchmarks.experiments`.
+"""results.md and its plots, rebuilt from the cached runs of `benchmarks.experiments`: docs/ for the
+shared sets, a report of its own for a set of the user's.
 
 Selection: for each setting, fold and seed, the grid point with the best validation NDCG@10.
 Figures: the mean over folds of the test metric, per seed; shown as mean ± std over seeds.
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import experiments as ex
 from benchmarks.experiment_runs import METRICS, SELECT_METRIC, read_cached
+from benchmarks.experiment_studies import BRUCH_ALPHAS, BRUCH_PRESETS, YILMAZ_MEASURES, runs_of
 
 PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
     "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),
@@ -31,7 +32,7 @@ class Selected:
         self.by_fold_seed = {}
         for fold in folds:
             for seed in seeds:
-                points = ex.runs_of(setting, dataset, [fold], [seed], epochs)
+                points = runs_of(setting, dataset, [fold], [seed], epochs)
                 found = [read_cached(run.cache_path(cache), say) for run in points]
                 if None not in found:  # every grid point, or the choice is not made
                     self.by_fold_seed[fold, seed] = max(
@@ -115,30 +116,40 @@ def table(rows, folds, metrics=METRICS, zero_empty=False, names=None):
     return "\n".join(lines)
 
 
-def write(studies, cache: Path, out: Path, datasets, folds, seeds, epochs, say=print) -> Path:
-    """Writes `out/results.md` and `out/results/*.png` for `studies` (as from
-    `experiments.studies`); returns the markdown's path. `say` gets one line for each unreadable
-    cache file."""
+def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, epochs,
+          say=print) -> Path:
+    """Writes `out/results.md` and `out/results/*.png` with the sections of the `selected` studies
+    (names in `studies`, as from `experiment_studies.studies`) for each of `data_sets`; returns the
+    markdown's path. `say` gets one line for each unreadable cache file."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results").mkdir(exist_ok=True)
     unreadable = {}  # one line per file, though several tables read it
-    pick = lambda s, d: Selected(s, d, cache, folds, seeds, epochs,  # noqa: E731
-                                 unreadable.setdefault)
-    parts = [_header(datasets, folds, seeds, epochs)]
-    for dataset in datasets:
-        parts.append(f"\n## {dataset}\n")
-        rows = {name: [pick(s, dataset) for s in settings] for name, settings in studies.items()}
-        parts.append(_chen(rows["chen"], dataset, folds))
-        parts.append(_qin(rows["qin"], dataset, folds))
-        parts.append(_yilmaz(rows["yilmaz"], dataset, folds))
-        parts.append(_bruch(rows["bruch_alpha"], rows["bruch_depth"], dataset, folds, out))
-        parts.append(_direct(rows["direct"], rows["chen"], dataset, folds))
-        parts.append(_lightgbm(rows, dataset, folds))
-        parts.append(_precision(rows["precision"], dataset, folds))
-        if dataset == "MQ2008":
-            parts.append(_letor_convention(rows["chen"] + rows["lightgbm"], folds))
-        parts.append(_tightness(rows["bruch_alpha"][ex.BRUCH_ALPHAS.index(10.0)], dataset,
-                                folds, out))
+    parts = [_header(data_sets, cache, folds, seeds, epochs)]
+    for data in data_sets:
+        parts.append(f"\n## {data.name}\n")
+        rows = {name: [Selected(s, data.name, cache, folds, seeds, epochs, unreadable.setdefault)
+                       for s in settings] for name, settings in studies.items()}
+        shown = {name: rows[name] for name in studies if name in selected}
+        if "chen" in shown:
+            parts.append(_chen(rows["chen"], data, folds))
+        if "qin" in shown:
+            parts.append(_qin(rows["qin"], data, folds))
+        if "yilmaz" in shown:
+            parts.append(_yilmaz(rows["yilmaz"], data, folds))
+        if "bruch_alpha" in shown or "bruch_depth" in shown:
+            parts.append(_bruch(rows["bruch_alpha"], rows["bruch_depth"], data, folds, out))
+        if "direct" in shown:
+            parts.append(_direct(rows["direct"], rows["chen"], data, folds))
+        if "lightgbm" in shown:
+            parts.append(_lightgbm(shown, data, folds))
+        if "precision" in shown:
+            parts.append(_precision(rows["precision"], data, folds))
+        convention = [r for name in ("chen", "lightgbm") for r in shown.get(name, [])]
+        if _some_query_without_relevant(convention):
+            parts.append(_letor_convention(convention, data, folds))
+        if "bruch_alpha" in shown:
+            parts.append(_tightness(rows["bruch_alpha"][BRUCH_ALPHAS.index(10.0)], data, folds,
+                                    out))
     for line in unreadable:
         say(line)
     path = out / "results.md"
@@ -146,14 +157,23 @@ def write(studies, cache: Path, out: Path, datasets, folds, seeds, epochs, say=p
     return path
 
 
-def _header(datasets, folds, seeds, epochs):
+def _some_query_without_relevant(rows) -> bool:
+    return any(not all(run["test"]["relevant"]) for row in rows
+               for run in row.by_fold_seed.values())
+
+
+def _header(data_sets, cache, folds, seeds, epochs):
     import tensorflow as tf
 
+    own = [data for data in data_sets if not data.shared]
+    flags = "".join(f" {data.flags()}" for data in own)
     return (
-        "# Results: the papers' comparisons on LETOR data\n\n"
-        "Regenerate with `python -m benchmarks.experiments run` (resumes from the cache in "
-        "`benchmarks/results/`) and `python -m benchmarks.experiments report` (this page and its "
-        "plots from the cache alone); `--help` states the protocol. Folds "
+        "# Results: the papers' comparisons on "
+        + (", ".join(f"{data.name} ({data.directory})" for data in own) or "LETOR data") + "\n\n"
+        f"Regenerate with `python -m benchmarks.experiments run{flags}` (resumes from the cache in "
+        f"`{cache if own else 'benchmarks/results/'}`) and `python -m benchmarks.experiments "
+        f"report{flags}` (this page and its plots from the cache alone); `--help` states the "
+        "protocol. Folds "
         f"{', '.join(map(str, folds))}; seeds {', '.join(map(str, seeds))}; neural runs: at most "
         f"{epochs} epochs, epoch and grid point chosen on validation {SELECT_METRIC}. Each cell is "
         "the mean over folds of the test metric, as mean ± std over seeds; `not run` marks a "
@@ -164,9 +184,9 @@ def _header(datasets, folds, seeds, epochs):
         f"Python {platform.python_version()}, TensorFlow {tf.__version__}.\n")
 
 
-def _chen(rows, dataset, folds):
+def _chen(rows, data, folds):
     lines = ["### Weighted vs plain RankNet and ListMLE (Chen et al. 2009, Table 1)\n",
-             "`python -m benchmarks.experiments run --study chen --dataset " + dataset + "`\n",
+             f"`python -m benchmarks.experiments run --study chen {data.flags()}`\n",
              table(rows, folds), ""]
     lines.append("| scorer | comparison | NDCG@5: weighted − plain | NDCG@10: weighted − plain |")
     lines.append("|---|---|---|---|")
@@ -177,15 +197,15 @@ def _chen(rows, dataset, folds):
             cells = [_fmt_test(paired(weighted, by_key[scorer, plain], folds, m))
                      for m in ("ndcg@5", "ndcg@10")]
             lines.append(f"| {scorer} | weighted_{plain} vs {plain} | {cells[0]} | {cells[1]} |")
-    if dataset == "OHSUMED":
+    if data.shared and data.name == "OHSUMED":  # the published folds
         lines.append("\nChen et al.'s linear models on the same folds (NDCG@5 / @10): " + ", ".join(
             f"{name} {a:.4f} / {b:.4f}" for name, (a, b) in PUBLISHED_CHEN_OHSUMED.items()) + ".")
     return "\n".join(lines) + "\n"
 
 
-def _qin(rows, dataset, folds):
+def _qin(rows, data, folds):
     lines = ["### ApproxAP vs ApproxNDCG vs Approx P@10 (Qin et al. 2010, Tables 2-3)\n",
-             "`python -m benchmarks.experiments run --study qin --dataset " + dataset + "`\n",
+             f"`python -m benchmarks.experiments run --study qin {data.flags()}`\n",
              table(rows, folds), "",
              "Paired tests, in each measure, of the loss that optimises it against the others:\n",
              "| measure | optimiser | vs | difference |", "|---|---|---|---|"]
@@ -198,12 +218,12 @@ def _qin(rows, dataset, folds):
     return "\n".join(lines) + "\n"
 
 
-def _yilmaz(rows, dataset, folds):
+def _yilmaz(rows, data, folds):
     measures = {"AP": "map", "P@10": "p@10", "NDCG@10": "ndcg@10"}
-    rows = dict(zip(ex.YILMAZ_MEASURES, rows))
+    rows = dict(zip(YILMAZ_MEASURES, rows))
     header = ["trained on \\ tested on"] + list(measures)
     lines = ["### Train on one measure, test on another (Yilmaz & Robertson, Table 2)\n",
-             "`python -m benchmarks.experiments run --study yilmaz --dataset " + dataset + "`\n",
+             f"`python -m benchmarks.experiments run --study yilmaz {data.flags()}`\n",
              "Each cell: mean ± std over seeds, then the paired difference against the row trained "
              "on the column's own measure (the diagonal).\n",
              "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
@@ -218,27 +238,28 @@ def _yilmaz(rows, dataset, folds):
     return "\n".join(lines) + "\n"
 
 
-def _bruch(alphas, depths, dataset, folds, out):
+def _bruch(alphas, depths, data, folds, out):
     lines = ["### ApproxNDCG: effect of α and of depth (Bruch et al. 2019)\n",
-             "`python -m benchmarks.experiments run --study bruch_alpha bruch_depth --dataset "
-             + dataset + "`\n",
+             "`python -m benchmarks.experiments run --study bruch_alpha bruch_depth "
+             f"{data.flags()}`\n",
              table(alphas, folds, ("ndcg@5", "ndcg@10", "map")), "",
              table(depths, folds, ("ndcg@5", "ndcg@10", "map"))]
-    for name, rows, xs, xlabel in (("alpha", alphas, ex.BRUCH_ALPHAS, "α (log scale)"),
-                                   ("depth", depths, ex.BRUCH_PRESETS, "scorer")):
-        png = _plot(rows, xs, xlabel, folds, out / "results" / f"{dataset.lower()}_{name}.png",
-                    f"{dataset}: ApproxNDCG, test metric vs {name}", log=name == "alpha")
+    for name, rows, xs, xlabel in (("alpha", alphas, BRUCH_ALPHAS, "α (log scale)"),
+                                   ("depth", depths, BRUCH_PRESETS, "scorer")):
+        png = _plot(rows, xs, xlabel, folds,
+                    out / "results" / f"{data.name.lower()}_{name}.png",
+                    f"{data.name}: ApproxNDCG, test metric vs {name}", log=name == "alpha")
         if png:
-            lines.append(f"\n![{dataset} {name}](results/{png.name})")
+            lines.append(f"\n![{data.name} {name}](results/{png.name})")
     return "\n".join(lines) + "\n"
 
 
-def _precision(rows, dataset, folds):
+def _precision(rows, data, folds):
     full, mixed = rows
     measures = ("ndcg@5", "ndcg@10", "map")
     return "\n".join([
         "### Training in bfloat16 (`--mixed-precision`) vs float32\n",
-        "`python -m benchmarks.experiments run --study precision --dataset " + dataset + "`\n",
+        f"`python -m benchmarks.experiments run --study precision {data.flags()}`\n",
         table(rows, folds, measures), "",
         "| comparison | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|",
         "| bfloat16 − float32 | " + " | ".join(
@@ -279,18 +300,18 @@ def _plot(rows, xs, xlabel, folds, path, title, log):
     return path
 
 
-def _direct(rows, chen, dataset, folds):
+def _direct(rows, chen, data, folds):
     svm_map = next(r for r in rows if r.setting.loss == "svm_map")
     reference = next(r for r in chen if r.setting.label() == "B64 ranknet()")
     lines = ["### Other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, PermuRank, "
              "AdaRank\n",
-             "`python -m benchmarks.experiments run --study direct --dataset " + dataset + "`\n",
+             f"`python -m benchmarks.experiments run --study direct {data.flags()}`\n",
              table(rows, folds), "",
              "| method | NDCG@5 − B64 RankNet | NDCG@10 − B64 RankNet |", "|---|---|---|"]
     lines += [f"| {r.setting.label()} | " + " | ".join(
         _fmt_test(paired(r, reference, folds, m)) for m in ("ndcg@5", "ndcg@10")) + " |"
         for r in rows]
-    if dataset == "OHSUMED":
+    if data.shared and data.name == "OHSUMED":  # the published folds
         lines.append(f"\nPublished SVM-MAP on the same folds (Chen et al. Table 1, NDCG@5 / @10): "
                      f"0.4516 / 0.4319; ours: {_fmt(svm_map.cell(folds, 'ndcg@5'))} / "
                      f"{_fmt(svm_map.cell(folds, 'ndcg@10'))}"
@@ -320,12 +341,12 @@ def _against_published(row, folds, published):
     return f" ({'; '.join(words)})" if words else ""
 
 
-def _lightgbm(rows, dataset, folds):
+def _lightgbm(rows, data, folds):
     lightgbm = rows["lightgbm"][0]
     ours = [r for name, study in rows.items() if name != "lightgbm" for r in study]
     ours = [r for r in ours if r.cell(folds, "ndcg@10") is not None]
     lines = ["### LightGBM lambdarank vs the best tfapprox model\n",
-             "`python -m benchmarks.experiments run --study lightgbm --dataset " + dataset + "`\n",
+             f"`python -m benchmarks.experiments run --study lightgbm {data.flags()}`\n",
              table([lightgbm], folds)]
     if ours and lightgbm.cell(folds, "ndcg@10") is not None:
         best = max(ours, key=lambda r: r.validation_mean(folds))
@@ -337,13 +358,14 @@ def _lightgbm(rows, dataset, folds):
     return "\n".join(lines) + "\n"
 
 
-def _letor_convention(rows, folds):
+def _letor_convention(rows, data, folds):
     return "\n".join([
-        "### MQ2008 with LETOR's convention (queries without a relevant document count as 0)\n",
+        f"### {data.name} with LETOR's convention (queries without a relevant document count as "
+        "0)\n",
         table(rows, folds, ("ndcg@1", "ndcg@5", "ndcg@10", "map"), zero_empty=True)]) + "\n"
 
 
-def _tightness(row, dataset, folds, out):
+def _tightness(row, data, folds, out):
     """Plots exact and approximate NDCG@10 per epoch of one ApproxNDCG run (`row`)."""
     runs = [row.by_fold_seed[k] for k in sorted(row.by_fold_seed)]
     if not runs:
@@ -361,10 +383,10 @@ def _tightness(row, dataset, folds, out):
         ax.plot(epochs, [logs[key] for logs in history], style, marker=".", label=key)
     ax.set_xlabel("epoch")
     ax.set_ylabel("NDCG@10")
-    ax.set_title(f"{dataset} Fold{runs[0]['run']['fold']}: exact vs approx (α = 10)", fontsize=9)
+    ax.set_title(f"{data.name} Fold{runs[0]['run']['fold']}: exact vs approx (α = 10)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path = out / "results" / f"{dataset.lower()}_tightness.png"
+    path = out / "results" / f"{data.name.lower()}_tightness.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     gaps = [run["history"][-1]["approx_ndcg@10"] - run["history"][-1]["ndcg@10"] for run in runs]
@@ -372,4 +394,4 @@ def _tightness(row, dataset, folds, out):
             f"Train and validation NDCG@10, exact and approximate (α = 10), per epoch, from the "
             f"trainer's history. Approx − exact at the last epoch, over {len(runs)} runs: "
             f"{np.mean(gaps):+.4f} ± {np.std(gaps):.4f}.\n\n"
-            f"![{dataset} tightness](results/{path.name})\n")
+            f"![{data.name} tightness](results/{path.name})\n")

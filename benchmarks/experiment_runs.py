@@ -1,9 +1,9 @@
 """One run of the experiments: a model trained on one fold with one seed, evaluated per test query.
 
-A run is a `Run` (dataset, fold, seed, scorer or LightGBM, loss and its parameters, epochs). Neural
-and AdaRank runs go through the trainer (`trainer.train.train`, resumable), LightGBM runs through
-`lightgbm.train`; both are scored on the fold's test file by the same code (`per_query_metrics`,
-built on `tfapprox.metrics`), so every model is measured alike.
+A run is a `Run` (a `DataSet`'s name, fold, seed, scorer or LightGBM, loss and its parameters,
+epochs). Neural and AdaRank runs go through the trainer (`trainer.train.train`, resumable), LightGBM
+runs through `lightgbm.train`; both are scored on the fold's test files by the same code
+(`per_query_metrics`, built on `tfapprox.metrics`), so every model is measured alike.
 """
 
 from __future__ import annotations
@@ -22,11 +22,38 @@ METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "ndcg", "map", "p@10")
 SELECT_METRIC = "ndcg@10"  # validation metric for epochs, grid points and LightGBM's early stop
 
 
+SPLITS = ("train", "vali", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSet:
+    """A LETOR set the runs read: its name (its folder in the cache) and its directory, which holds
+    Fold1..FoldN/ with train/vali/test files (LETOR text with qid:, or LightGBM files with a .query
+    file beside each) or the five parts S1..S5.txt that the standard folds are made of."""
+
+    name: str
+    directory: Path
+    shared: bool = False  # one of the shared sets (--dataset), else the user's (--data-dir)
+
+    def flags(self) -> str:
+        """Returns the command-line flags that choose this set."""
+        if self.shared:
+            return f"--dataset {self.name}"
+        return f"--data-dir {self.directory} --name {self.name}"
+
+    def folds(self) -> dict[int, dict[str, list[str]]]:
+        """Returns `{fold: {split: files}}`; FileNotFoundError names a directory without folds."""
+        from trainer.data import letor_folds
+
+        return {fold: dict(zip(SPLITS, files))
+                for fold, files in letor_folds(self.directory).items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
     """What one cached result is about."""
 
-    dataset: str  # a set in ../shared/data: OHSUMED, MQ2008
+    dataset: str  # a `DataSet`'s name: OHSUMED, MQ2008, or the --name of the user's set
     fold: int
     seed: int
     model: str  # a scorer preset (linear, B64 ... B1024), "adarank" or "lightgbm"
@@ -70,16 +97,12 @@ def read_cached(path: Path, say: Callable[[str], None]) -> dict[str, Any] | None
     return None
 
 
-def fold_files(folds_root: Path, run: Run) -> dict[str, Path]:
-    fold = folds_root / run.dataset / f"Fold{run.fold}"
-    return {split: fold / f"{split}.txt" for split in ("train", "vali", "test")}
-
-
-def read_split(path: Path) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
-    """Returns the query ids, labels and features of a LETOR file, query by query."""
+def read_split(paths: list[str], num_features: int
+               ) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
+    """Returns the query ids, labels and [n, num_features] features of LETOR files, by query."""
     from tfapprox.data import read_queries
 
-    queries = list(read_queries(path))
+    queries = list(read_queries(paths, num_features))
     return ([q.qid for q in queries], [q.labels for q in queries],
             [q.features for q in queries])
 
@@ -114,29 +137,34 @@ def mean_over_relevant(result: dict[str, Any], name: str) -> float:
     return float(values[np.asarray(result["relevant"])].mean())
 
 
-def execute(run: Run, folds_root: Path, scratch: Path) -> dict[str, Any]:
-    """Trains and evaluates `run`; returns what the cache keeps of it."""
+def execute(run: Run, files: dict[str, list[str]], scratch: Path) -> dict[str, Any]:
+    """Trains and evaluates `run` on its fold's `files` ({split: files}); returns what the cache
+    keeps of it."""
     started = time.perf_counter()
-    files = fold_files(folds_root, run)
+    num_features = _num_features(files)
     if run.model == "lightgbm":
-        result = _lightgbm(run, files)
+        result = _lightgbm(run, files, num_features)
     else:
-        result = _neural(run, files, scratch)
+        result = _neural(run, files, num_features, scratch)
     result["run"] = dataclasses.asdict(run)
     result["wall_seconds"] = round(time.perf_counter() - started, 1)
     return result
 
 
-def _neural(run: Run, files: dict[str, Path], scratch: Path) -> dict[str, Any]:
+def _neural(run: Run, files: dict[str, list[str]], num_features: int,
+            scratch: Path) -> dict[str, Any]:
+    """Trains through the trainer, with its preset named like the set (ohsumed, mq2008) or else
+    its defaults, and the protocol's epochs, patience and selection."""
     import keras
 
     from trainer import config as config_lib
     from trainer import train
 
-    preset = config_lib.load(run.dataset.lower()).to_dict()
+    name = run.dataset.lower()
+    preset = config_lib.load_dict(name if name in config_lib.PRESETS else None)
     config_lib.apply_overrides(preset, {
-        "data.train": [str(files["train"])], "data.vali": [str(files["vali"])],
-        "data.test": [str(files["test"])], "data.cache_dir": str(scratch / "data"),
+        "data.train": files["train"], "data.vali": files["vali"], "data.test": files["test"],
+        "data.cache_dir": str(scratch / "data"),
         **({"model.kind": "adarank", "model.adarank_measure": run.loss}
            if run.model == "adarank" else
            {"model.preset": run.model, "loss.name": run.loss, "loss.params": dict(run.params)}),
@@ -149,18 +177,20 @@ def _neural(run: Run, files: dict[str, Path], scratch: Path) -> dict[str, Any]:
     config = config_lib.Config.from_dict(preset)
     keras.backend.clear_session()
     results = train.train(config, print_fn=lambda _: None)
-    model = train.restore_best(config, _num_features(files["train"])).eval_model
-    qids, labels, features = read_split(files["test"])
+    model = train.restore_best(config, num_features).eval_model
+    qids, labels, features = read_split(files["test"], num_features)
     scores = _score(model, features)
     return {"validation": {SELECT_METRIC: results["validation"][SELECT_METRIC]},
             "qids": qids, "test": per_query_metrics(labels, scores),
             "history": results["history"], "best_epoch": results["best_epoch"]}
 
 
-def _num_features(path: Path) -> int:
-    from tfapprox.data.letor import peek_num_features
+def _num_features(files: dict[str, list[str]]) -> int:
+    """Returns F as the trainer finds it: the largest feature index in the fold's files."""
+    from tfapprox.data.letor import scan
 
-    return peek_num_features(path)
+    paths = [path for split in SPLITS for path in files[split]]
+    return scan(paths, with_features=True).num_features
 
 
 def _score(model, features: list[np.ndarray]) -> list[np.ndarray]:
@@ -170,11 +200,11 @@ def _score(model, features: list[np.ndarray]) -> list[np.ndarray]:
     return [scores[i, :len(f)] for i, f in enumerate(features)]
 
 
-def _lightgbm(run: Run, files: dict[str, Path]) -> dict[str, Any]:
+def _lightgbm(run: Run, files: dict[str, list[str]], num_features: int) -> dict[str, Any]:
     import lightgbm
 
     def dataset(split, reference=None):
-        _, labels, features = read_split(files[split])
+        _, labels, features = read_split(files[split], num_features)
         return (lightgbm.Dataset(np.concatenate(features), np.concatenate(labels),
                                  group=[len(y) for y in labels], reference=reference),
                 labels, features)
@@ -189,7 +219,7 @@ def _lightgbm(run: Run, files: dict[str, Path]) -> dict[str, Any]:
                              valid_sets=[vali_set],
                              callbacks=[lightgbm.early_stopping(50, verbose=False)])
     vali = per_query_metrics(vali_labels, [booster.predict(f) for f in vali_features])
-    qids, labels, features = read_split(files["test"])
+    qids, labels, features = read_split(files["test"], num_features)
     return {"validation": {SELECT_METRIC: mean_over_relevant(vali, SELECT_METRIC)},
             "qids": qids, "test": per_query_metrics(labels, [booster.predict(f) for f in features]),
             "best_epoch": booster.best_iteration}

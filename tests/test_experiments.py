@@ -1,7 +1,9 @@
-"""The experiments program (benchmarks/experiments.py): its command line, its cache, and (slow) its
-smoke version, which trains one fold of every study, LightGBM included, and writes the report with
-every table and plot."""
+"""The experiments program (benchmarks/experiments.py): its command line, its cache, a set of the
+user's own (fold trees, S1..S5 parts, LightGBM files) run end to end on tiny generated data, and
+(slow) its smoke version on the shared data, which trains one fold of every study, LightGBM
+included, and writes the report with every table and plot."""
 
+import ast
 import json
 import re
 import subprocess
@@ -9,20 +11,55 @@ import sys
 
 import pytest
 
-from conftest import REPO
 from benchmarks import experiments
+from benchmarks.experiment_studies import runs_of, studies
+from conftest import REPO
+from tfapprox.data import write_letor, write_splits
 
 LIGHTGBM = ["--study", "lightgbm", "--folds", "1", "--seeds", "0"]
 
 
-def lightgbm_cache_paths(cache, dataset="OHSUMED"):
-    setting = experiments.studies()["lightgbm"][0]
-    return [run.cache_path(cache) for run in experiments.runs_of(setting, dataset, [1], [0], 1)]
+def fold_tree(root, folds=2, lightgbm_format=False):
+    """Writes Fold1..Fold`folds`/{train,vali,test}.txt of tiny generated data; returns `root`."""
+    for fold in range(1, folds + 1):
+        paths = write_splits(root / f"Fold{fold}", num_queries=30, docs_per_query=8,
+                             num_features=5, seed=fold)
+        if lightgbm_format:
+            for path in paths.values():
+                as_lightgbm(path)
+    return root
 
 
-@pytest.mark.parametrize("content", ["", '{"validation": {"ndcg@10": 0.5}, "qi'])
+def as_lightgbm(path):
+    """Rewrites a LETOR file as LightGBM reads it: no qid:, the query sizes in `<file>.query`."""
+    lines = path.read_text().splitlines()
+    qids = [line.split()[1] for line in lines]
+    sizes = [qids.count(q) for q in dict.fromkeys(qids)]
+    path.write_text("".join(f"{line.split(' ', 2)[0]} {line.split(' ', 2)[2]}\n" for line in lines))
+    path.with_name(path.name + ".query").write_text("".join(f"{n}\n" for n in sizes))
+
+
+def five_parts(directory):
+    """Writes S1.txt..S5.txt of tiny generated data, five queries each (qids 1..25)."""
+    whole = directory / "whole.txt"
+    write_letor(whole, num_queries=25, docs_per_query=8, num_features=5)
+    parts = {}
+    for line in whole.read_text().splitlines():
+        qid = int(line.split()[1][4:])
+        parts.setdefault((qid - 1) // 5 + 1, []).append(line + "\n")
+    whole.unlink()
+    for part, lines in parts.items():
+        (directory / f"S{part}.txt").write_text("".join(lines))
+
+
+def lightgbm_cache_paths(cache, dataset):
+    setting = studies()["lightgbm"][0]
+    return [run.cache_path(cache) for run in runs_of(setting, dataset, [1], [0], 1)]
+
+
+@pytest.mark.parametrize("content", ["", '{"validation": {"ndcg@10": 0.5}, "qi', "[]"])
 def test_report_names_an_unreadable_cache_file(tmp_path, capsys, content):
-    broken = lightgbm_cache_paths(tmp_path / "cache")[0]
+    broken = lightgbm_cache_paths(tmp_path / "cache", "OHSUMED")[0]
     broken.parent.mkdir(parents=True)
     broken.write_text(content)
     assert experiments.main(["report", *LIGHTGBM, "--dataset", "OHSUMED", "--cache",
@@ -32,40 +69,106 @@ def test_report_names_an_unreadable_cache_file(tmp_path, capsys, content):
     assert "| not run" in (tmp_path / "docs" / "results.md").read_text()
 
 
-@pytest.mark.data
 def test_run_redoes_an_unreadable_cache_file(tmp_path, capsys):
     cache = tmp_path / "cache"
-    paths = lightgbm_cache_paths(cache)
+    paths = lightgbm_cache_paths(cache, "mine")
     paths[0].parent.mkdir(parents=True)
     paths[0].write_text('{"validation": {"ndc')
-    assert experiments.main(["run", *LIGHTGBM, "--dataset", "OHSUMED", "--cache", str(cache),
+    assert experiments.main(["run", *LIGHTGBM, "--data-dir", str(fold_tree(tmp_path / "data")),
+                             "--name", "mine", "--cache", str(cache),
                              "--work", str(tmp_path / "work")]) == 0
-    assert f"{len(paths)} to run" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{len(paths)} to run" in out and str(paths[0]) in out
     assert json.loads(paths[0].read_text())["run"]["fold"] == 1
 
 
 @pytest.mark.parametrize("flags, flag", [
-    (["--folds", "7"], "--folds"), (["--folds", "0"], "--folds"), (["--epochs", "0"], "--epochs"),
-    (["--seeds", "-1"], "--seeds"), (["--data", "/nonexistent/letor"], "--data")])
+    (["--folds", "7"], "--folds 7"), (["--folds", "0"], "--folds"), (["--epochs", "0"], "--epochs"),
+    (["--seeds", "-1"], "--seeds"), (["--name", "../up"], "--name"),
+    (["--dataset", "OHSUMED"], "--dataset"), (["--data-dir", "/nonexistent/set"], "--data-dir")])
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys, flags, flag):
+    if "--data-dir" not in flags:
+        flags = ["--data-dir", str(fold_tree(tmp_path / "data")), *flags]
     with pytest.raises(SystemExit) as exit_:
-        experiments.main(["run", "--study", "lightgbm", "--dataset", "OHSUMED", "--cache",
-                          str(tmp_path / "cache"), "--work", str(tmp_path / "work"), *flags])
+        experiments.main(["run", "--study", "lightgbm", "--cache", str(tmp_path / "cache"),
+                          "--work", str(tmp_path / "work"), *flags])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "error: " in err[-1] and flag in err[-1] and "Traceback" not in "".join(err)
     assert not (tmp_path / "cache").exists()
 
 
-@pytest.mark.data
+def test_missing_shared_data_is_a_one_line_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        experiments.main(["run", "--data", "/nonexistent/letor"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: --data: /nonexistent/letor/OHSUMED: expected S1.txt..S5.txt or Fold1..Fold5/ "
+        "directories (/nonexistent/letor/OHSUMED: no Fold<N>/ directories with train/vali/test "
+        "files)")
+
+
+def test_shared_data_is_read_in_place_and_nothing_there_is_run(tmp_path, capsys):
+    data = tmp_path / "data"
+    (data / "OHSUMED").mkdir(parents=True)
+    five_parts(data / "OHSUMED")
+    script = data / "make_folds.sh"
+    script.write_text(f"#!/bin/sh\ntouch {tmp_path / 'ran'}\nexit 1\n")
+    script.chmod(0o755)
+    assert experiments.main(["run", *LIGHTGBM, "--dataset", "OHSUMED", "--data", str(data),
+                             "--cache", str(tmp_path / "cache"),
+                             "--work", str(tmp_path / "work")]) == 0
+    assert not (tmp_path / "ran").exists()
+    assert all(p.exists() for p in lightgbm_cache_paths(tmp_path / "cache", "OHSUMED"))
+    with pytest.raises(SystemExit):
+        experiments.main(["--help"])
+    assert "read in place; nothing is run" in " ".join(capsys.readouterr().out.split())
+
+
 def test_smoke_removes_its_temporary_directory(tmp_path, monkeypatch):
     temp = tmp_path / "temp"
     temp.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(temp))
     out = tmp_path / "docs"
-    assert experiments.main(["run", "--smoke", "--study", "lightgbm", "--out", str(out)]) == 0
+    assert experiments.main(["run", "--smoke", "--study", "lightgbm", "--data-dir",
+                             str(fold_tree(tmp_path / "data")), "--out", str(out)]) == 0
     assert list(temp.iterdir()) == []
     assert "LightGBM lambdarank" in (out / "results.md").read_text()
+
+
+def test_own_lightgbm_format_set_runs_and_has_its_own_report(tmp_path, capsys):
+    data = fold_tree(tmp_path / "data", folds=2, lightgbm_format=True)
+    flags = ["--data-dir", str(data), "--name", "mine", "--study", "chen", "lightgbm",
+             "--loss", "ranknet", "lambdarank", "--folds", "2", "--seeds", "0", "--epochs", "1",
+             "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "report"),
+             "--work", str(tmp_path / "work")]
+    assert experiments.main(["run", *flags]) == 0
+    assert "5 runs planned, 0 cached, 5 to run" in capsys.readouterr().out  # 2 neural, 3 LightGBM
+    assert experiments.main(["report", *flags]) == 0
+    text = (tmp_path / "report" / "results.md").read_text()
+    assert f"on mine ({data})" in text and "## mine" in text
+    assert f"--study chen --data-dir {data} --name mine`" in text
+    chen = re.search(r"\| B64 ranknet\(\) \| 1 \| (\d\.\d{4}) ± 0\.0000 \|", text)
+    assert chen and 0 < float(chen.group(1)) <= 1
+    lightgbm = text[text.index("### LightGBM"):]
+    assert re.search(r"\| ndcg@10 \| [+-]\d\.\d{4} \(p = \d\.\d{3}\) \|", lightgbm)
+    assert "Qin et al." not in text and "Bruch" not in text and "| not run" in text  # weighted
+    assert sorted(p.name for p in (data / "Fold1").iterdir()) == sorted(
+        f"{split}.txt{suffix}" for split in ("train", "vali", "test") for suffix in ("", ".query"))
+
+
+def test_benchmark_modules_import_one_way():
+    """Each pair of benchmarks.experiment* modules imports in one direction only."""
+    imports = {}
+    for path in (REPO / "benchmarks").glob("experiment*.py"):
+        tree = ast.parse(path.read_text())
+        imports[path.stem] = {node.module.split(".")[-1] if node.module != "benchmarks"
+                              else alias.name
+                              for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                              and (node.module or "").startswith("benchmarks")
+                              for alias in node.names}
+    cycles = [(a, b) for a in imports for b in imports[a] if a in imports.get(b, ())]
+    assert cycles == []
 
 
 @pytest.mark.data

@@ -1,0 +1,81 @@
+"""What the experiments run: each study's settings (a scorer, a loss, fixed parameters and a grid
+chosen on validation), and the `Run`s a setting needs on a set's folds and seeds."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from benchmarks.experiment_runs import Run
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """A configuration of a study: a model, a loss, fixed parameters, and a grid chosen on vali."""
+
+    model: str
+    loss: str
+    params: tuple = ()
+    grid: tuple = ()  # ((name, (values...)), ...)
+    precision: str = "float32"  # or "mixed_bfloat16"
+
+    def label(self) -> str:
+        fixed = ", ".join(f"{k}={v}" for k, v in self.params)
+        grid = ", ".join(f"{k}∈{{{', '.join(map(str, v))}}}" for k, v in self.grid)
+        mixed = "" if self.precision == "float32" else f" {self.precision}"
+        return f"{self.model} {self.loss}({', '.join(x for x in (fixed, grid) if x)}){mixed}"
+
+    def first_point_only(self) -> "Setting":
+        """The setting with each grid axis cut to its first value (for the smoke run)."""
+        return dataclasses.replace(self, grid=tuple((k, v[:1]) for k, v in self.grid))
+
+    def points(self) -> list[tuple]:
+        """Returns every grid point's full parameter tuple (sorted by name)."""
+        names = [k for k, _ in self.grid]
+        combos = itertools.product(*(values for _, values in self.grid))
+        return [tuple(sorted(self.params + tuple(zip(names, combo)))) for combo in combos]
+
+
+ALPHA_BETA = (("alpha", (10.0, 50.0, 100.0)), ("beta", (10.0, 50.0)))
+BRUCH_ALPHAS = (1.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+BRUCH_PRESETS = ("B64", "B128", "B256", "B512", "B1024")
+YILMAZ_MEASURES = ("AP", "P@10", "NDCG", "NDCG@10")  # what each row of Yilmaz's table trains on
+
+
+def studies(first_points_only: bool = False) -> dict[str, list[Setting]]:
+    """Returns the settings of every study; `yilmaz` is in the order of `YILMAZ_MEASURES`.
+
+    `first_points_only` cuts every grid to its first value per axis (the smoke run).
+    """
+    qin = [Setting("B64", "approx_ap", grid=ALPHA_BETA),
+           Setting("B64", "approx_ndcg", grid=ALPHA_BETA[:1]),
+           Setting("B64", "approx_precision", (("k", 10),), ALPHA_BETA)]
+    found = {
+        "chen": [Setting(scorer, loss) for scorer in ("linear", "B64")
+                 for loss in ("ranknet", "weighted_ranknet", "listmle", "weighted_listmle")],
+        "qin": qin,
+        "yilmaz": [qin[0], qin[2], qin[1],
+                   Setting("B64", "approx_ndcg", (("topk", 10),), ALPHA_BETA)],
+        "bruch_alpha": [Setting("B64", "approx_ndcg", (("alpha", a),)) for a in BRUCH_ALPHAS],
+        "bruch_depth": [Setting(p, "approx_ndcg", (("alpha", 10.0),)) for p in BRUCH_PRESETS],
+        "precision": [Setting("B64", "approx_ndcg", (("alpha", 10.0),), precision=precision)
+                      for precision in ("float32", "mixed_bfloat16")],
+        "lightgbm": [Setting("lightgbm", "lambdarank", grid=(("num_leaves", (15, 31, 63)),))],
+        "direct": [Setting("B64", loss) for loss in ("lambdarank", "softrank", "svm_map",
+                                                     "permurank")]
+                  + [Setting("adarank", measure) for measure in ("ndcg", "map")],
+    }
+    if first_points_only:
+        found = {name: [s.first_point_only() for s in settings]
+                 for name, settings in found.items()}
+    return found
+
+
+NEURAL_EPOCHS, LIGHTGBM_ROUNDS = 40, 1000
+
+
+def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int):
+    """Returns every `Run` a setting needs (each grid point, fold and seed)."""
+    rounds = LIGHTGBM_ROUNDS if setting.model == "lightgbm" else epochs
+    return [Run(dataset, fold, seed, setting.model, setting.loss, point, rounds,
+                setting.precision)
+            for fold in folds for seed in seeds for point in setting.points()]

@@ -285,7 +285,8 @@ def test_warmup_requests_run_on_every_signature(exported, loaded):
         signature = loaded.signatures[request.model_spec.signature_name]
         inputs = {name: tf.make_ndarray(tensor) for name, tensor in request.inputs.items()}
         assert set(inputs) == set(signature.structured_input_signature[1])
-        scores = signature(**{name: tf.constant(value) for name, value in inputs.items()})["scores"]
+        outputs = signature(**{name: tf.constant(value) for name, value in inputs.items()})
+        (scores,) = outputs.values()
         assert scores.shape[0] == len(next(iter(inputs.values())))
         warmed.append(request.model_spec.signature_name)
     assert sorted(set(warmed)) == sorted(export.SIGNATURES)

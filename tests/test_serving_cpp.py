@@ -76,10 +76,13 @@ def _requests(lists, documents, seed=0):
     features = features.astype("float32")
     elwc = np.array([records.encode_elwc(f) for f in features], dtype=object).reshape(-1)
     examples = records.encode_examples(features.reshape(-1, NUM_FEATURES))
+    examples = np.array(examples, dtype=object).reshape(-1)
     return {
         "serving_default": {"elwc": elwc},
         "score_features": {"features": features},
-        "score_examples": {"examples": np.array(examples, dtype=object).reshape(-1)},
+        "score_examples": {"examples": examples},
+        export.PREDICT: {"inputs": elwc},
+        export.REGRESS: {"inputs": examples},
     }
 
 
@@ -151,3 +154,71 @@ def test_malformed_requests_get_an_error_status(served, signature, inputs, messa
         loader.run(signature, inputs)
     outputs, _ = loader.run("score_features", _requests(1, 3)["score_features"])  # still serving
     assert outputs["scores"].shape == (1, 3)
+
+
+def _grpc_requests(lists, documents):
+    """Returns `(features, [(signature, request inputs)])`: the gRPC requests a client builds
+    with tensorflow-serving-api for every signature, and the tensors TF Serving feeds for each.
+
+    A RegressionRequest carries an Input proto, which TF Serving turns into the `inputs` tensor
+    of serialized tf.Examples: for an ExampleListWithContext, each example's bytes after the
+    context's (the example's fields win the merge).
+    """
+    import tensorflow as tf
+
+    input_pb2 = pytest.importorskip("tensorflow_serving.apis.input_pb2")
+    predict_pb2 = pytest.importorskip("tensorflow_serving.apis.predict_pb2")
+    regression_pb2 = pytest.importorskip("tensorflow_serving.apis.regression_pb2")
+    features = np.random.default_rng(5).normal(size=(lists, documents, NUM_FEATURES))
+    features = features.astype("float32")
+    context = tf.train.Example()
+    context.features.feature["qid"].bytes_list.value.append(b"q1")
+    elwc = []
+    for list_features in features:
+        message = input_pb2.ExampleListWithContext(context=context)
+        for document in list_features:
+            example = message.examples.add()
+            example.features.feature[records.FEATURES_KEY].float_list.value.extend(document)
+        elwc.append(message)
+
+    def predict(signature, key, values):
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "ranker"
+        request.model_spec.signature_name = signature
+        request.inputs[key].CopyFrom(tf.make_tensor_proto(values))
+        return signature, dict(request.inputs)
+
+    serialized = [message.SerializeToString() for message in elwc]
+    requests = [
+        predict("serving_default", "elwc", serialized),
+        predict(export.PREDICT, "inputs", serialized),
+        predict("score_features", "features", features),
+        predict("score_examples", "examples",
+                [e.SerializeToString() for m in elwc for e in m.examples]),
+    ]
+    for message in elwc:  # one Regress call per list, as TF-Ranking's clients send them
+        request = regression_pb2.RegressionRequest()
+        request.model_spec.signature_name = export.REGRESS
+        request.input.example_list_with_context.CopyFrom(message)
+        given = request.input.example_list_with_context
+        merged = [
+            given.context.SerializeToString() + example.SerializeToString()
+            for example in given.examples
+        ]
+        requests.append((export.REGRESS, {"inputs": tf.make_tensor_proto(merged)}))
+    return features, requests
+
+
+def test_grpc_requests_run_through_the_cpp_loader(served):
+    _, signatures, loader = served
+    features, requests = _grpc_requests(4, 10)
+    expected = _python_outputs(signatures, "score_features", {"features": features})["scores"]
+    regressed = []
+    for signature, inputs in requests:
+        outputs, _ = loader.run(signature, inputs)
+        (scores,) = outputs.values()
+        if signature == export.REGRESS:
+            regressed.append(scores)
+        else:
+            np.testing.assert_allclose(scores.reshape(-1), expected.reshape(-1), atol=1e-5)
+    np.testing.assert_allclose(np.stack(regressed), expected, atol=1e-5)

@@ -1,4 +1,4 @@
-"""SavedModel export for TF Serving: three scoring signatures, written atomically.
+"""SavedModel export for TF Serving: five scoring signatures, written atomically.
 
 `export_saved_model(model, base_dir, name, num_features)` writes `base_dir/name/<version>/`, the
 layout TF Serving watches (`--model_base_path=base_dir/name`). The SavedModel holds:
@@ -10,6 +10,15 @@ layout TF Serving watches (`--model_base_path=base_dir/name`). The SavedModel ho
 | `score_features`  | `features`: float32 [batch, list, F]      | float32 [batch, list]   |
 | `score_examples`  | `examples`: string [n], serialized        | float32 [n]             |
 |                   | tf.Example, one document each             |                         |
+
+and, for clients written for TF-Ranking's `tfr.keras.saved_model.Signatures` and for TF Serving's
+Regress API (which feeds a regress signature's `inputs` with serialized tf.Examples, merging an
+ExampleListWithContext's context into each), the same graph under TF-Ranking's names:
+
+| signature                    | input                                 | output `outputs`      |
+|------------------------------|---------------------------------------|-----------------------|
+| `tensorflow/serving/predict` | `inputs`: as `serving_default`'s elwc | float32 [batch, list] |
+| `tensorflow/serving/regress` | `inputs`: as `score_examples`' input  | float32 [n]           |
 
 Documents are stored as in `tfapprox.data.records` (by default one float feature `"features"` of
 length F per tf.Example). Parsing runs inside the graph, so a client sends raw protos; the served
@@ -65,9 +74,13 @@ import uuid
 import keras
 import numpy as np
 
-__all__ = ["SIGNATURES", "export_saved_model", "next_version"]
+__all__ = ["PREDICT", "REGRESS", "SIGNATURES", "export_saved_model", "next_version"]
 
-SIGNATURES = ("serving_default", "score_features", "score_examples")
+# TF-Ranking's signature names (tfr.keras.saved_model.Signatures), which are TF Serving's method
+# names: clients written for TF-Ranking models, and TF Serving's Regress API, use them.
+PREDICT = "tensorflow/serving/predict"
+REGRESS = "tensorflow/serving/regress"
+SIGNATURES = ("serving_default", "score_features", "score_examples", PREDICT, REGRESS)
 
 
 def next_version(model_dir):
@@ -274,7 +287,7 @@ def _assert_finite(signature, features, finite, unit):
 
 
 def _build_archive(model, num_features, example_layout):
-    """Returns a `keras.export.ExportArchive` holding the scoring signatures."""
+    """Returns a `keras.export.ExportArchive` holding the five scoring signatures."""
     import tensorflow as tf
 
     spec = _document_spec(num_features, example_layout)
@@ -290,7 +303,7 @@ def _build_archive(model, num_features, example_layout):
         wrong_proto = [
             f"{signature} expects `{argument}`: serialized ExampleListWithContext protos, one "
             "per list; some of the strings received are not (a serialized tf.Example per "
-            "document goes to score_examples). Number of strings received:",
+            f"document goes to score_examples or {REGRESS}). Number of strings received:",
             tf.size(elwc),
         ]
         parsed = _parse_or_explain(_list_documents, padded, spec, wrong_proto)
@@ -305,7 +318,8 @@ def _build_archive(model, num_features, example_layout):
         wrong_proto = [
             f"{signature} expects `{argument}`: serialized tf.Example protos, one per "
             "document; some of the strings received are not (a serialized "
-            "ExampleListWithContext goes to serving_default). Number of strings received:",
+            f"ExampleListWithContext goes to serving_default or {PREDICT}). Number of strings "
+            "received:",
             tf.size(examples),
         ]
         parsed = _parse_or_explain(tf.identity, examples, spec, wrong_proto)
@@ -351,6 +365,17 @@ def _build_archive(model, num_features, example_layout):
         lambda examples: {"scores": score_documents("score_examples", "examples", examples)},
         [tf.TensorSpec([None], tf.string, name="examples")],
     )
+    inputs = [tf.TensorSpec([None], tf.string, name="inputs")]
+    archive.add_endpoint(
+        PREDICT,
+        lambda inputs: {"outputs": score_lists(PREDICT, "inputs", inputs)},
+        inputs,
+    )
+    archive.add_endpoint(
+        REGRESS,
+        lambda inputs: {"outputs": score_documents(REGRESS, "inputs", inputs)},
+        inputs,
+    )
     return archive
 
 
@@ -372,9 +397,12 @@ def _warmup_requests(num_features):
         features = np.zeros((lists, documents, num_features), "float32")
         elwc = [records.encode_elwc(list_features) for list_features in features]
         examples = records.encode_examples(features.reshape(-1, num_features))
-        yield "serving_default", {"elwc": np.array(elwc, dtype=object)}
+        elwc, examples = np.array(elwc, dtype=object), np.array(examples, dtype=object)
+        yield "serving_default", {"elwc": elwc}
         yield "score_features", {"features": features}
-        yield "score_examples", {"examples": np.array(examples, dtype=object)}
+        yield "score_examples", {"examples": examples}
+        yield PREDICT, {"inputs": elwc}
+        yield REGRESS, {"inputs": examples}
 
 
 def _prediction_log(signature, inputs):

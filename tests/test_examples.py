@@ -1,0 +1,60 @@
+"""The scripts in examples/ run as a user runs them (a subprocess, tiny settings) and print results."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from tfapprox.data import write_splits
+
+EXAMPLES = REPO / "examples"
+TINY_DATA = ["--queries", "12", "--docs", "6", "--features", "5"]  # the generated set
+TINY_TRAINING = ["--epochs", "1", "--batch-size", "4"]
+
+
+def run_example(script, *args, cwd):
+    """Runs examples/`script` with `args` in `cwd`; returns its stdout, failing with its stderr."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, str(EXAMPLES / script), *map(str, args)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{script} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def measure(pattern, text):
+    """Returns the number `pattern` captures in `text`, checked to be a measure in [0, 1]."""
+    found = re.search(pattern, text)
+    assert found, f"no match for {pattern!r} in:\n{text}"
+    value = float(found.group(1))
+    assert 0.0 <= value <= 1.0, text
+    return value
+
+
+def test_keras_fit_on_a_letor_fold_directory(tmp_path):
+    write_splits(tmp_path / "Fold1", num_queries=12, docs_per_query=6, num_features=5)
+    out = run_example("keras_fit_letor.py", "--data-dir", tmp_path / "Fold1", *TINY_TRAINING,
+                      cwd=tmp_path)
+    measure(r"test NDCG@5 ([0-9.]+) \(its smooth approximation ([0-9.]+)\)", out)
+
+
+def test_custom_training_loop_reports_each_epoch(tmp_path):
+    out = run_example("custom_training_loop.py", *TINY_DATA, "--epochs", "2", cwd=tmp_path)
+    assert len(re.findall(r"^epoch \d: train loss -?[0-9.]+, validation MAP", out, re.M)) == 2, out
+    measure(r"epoch 2: .* validation MAP ([0-9.]+)", out)
+
+
+@pytest.mark.slow  # two processes: about 30 s on the shared 2-core machine
+def test_export_then_score_it_through_both_signatures(tmp_path):
+    out = run_example("deep_scorer_export.py", *TINY_DATA, *TINY_TRAINING,
+                      "--export-dir", tmp_path / "exports", cwd=tmp_path)
+    measure(r"test MAP ([0-9.]+)", out)
+    version_dir = re.search(r"^exported (.+)$", out, re.M).group(1)
+    assert version_dir == str(tmp_path / "exports" / "approx_ap_b64" / "1"), out
+
+    out = run_example("score_with_export.py", version_dir, "--lengths", "4", "2", cwd=tmp_path)
+    assert re.search(r"^list 0: scores \[(-?[0-9.]+, ){3}-?[0-9.]+\], ranking", out, re.M), out
+    assert re.search(r"^list 1: scores \[-?[0-9.]+, -?[0-9.]+\], ranking", out, re.M), out
+    assert "score_features and serving_default agree on every document" in out

@@ -18,6 +18,25 @@ import numpy as np
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "saved_model_runner.cc")
 
 
+def signature_requests(features):
+    """Returns `{signature: inputs}` that score the lists `features` [B, L, F] in every signature
+    of a `tfapprox.export` SavedModel (vector-layout documents)."""
+    from tfapprox import export
+    from tfapprox.data import records
+
+    lists, documents, num_features = features.shape
+    elwc = np.array([records.encode_elwc(f) for f in features], dtype=object).reshape(lists)
+    examples = records.encode_examples(features.reshape(lists * documents, num_features))
+    examples = np.array(examples, dtype=object).reshape(lists * documents)
+    return {
+        "serving_default": {"elwc": elwc},
+        "score_features": {"features": features},
+        "score_examples": {"examples": examples},
+        export.PREDICT: {"inputs": elwc},
+        export.REGRESS: {"inputs": examples},
+    }
+
+
 class CppError(Exception):
     """A non-OK status returned by the C++ session (the request failed; the process lives on)."""
 

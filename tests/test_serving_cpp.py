@@ -71,19 +71,9 @@ def served(request, runner, tmp_path_factory):
 
 
 def _requests(lists, documents, seed=0):
-    """Returns {signature: inputs} scoring the same lists×documents in every signature."""
+    """Returns {signature: inputs} scoring the same random lists×documents in every signature."""
     features = np.random.default_rng(seed).normal(size=(lists, documents, NUM_FEATURES))
-    features = features.astype("float32")
-    elwc = np.array([records.encode_elwc(f) for f in features], dtype=object).reshape(-1)
-    examples = records.encode_examples(features.reshape(-1, NUM_FEATURES))
-    examples = np.array(examples, dtype=object).reshape(-1)
-    return {
-        "serving_default": {"elwc": elwc},
-        "score_features": {"features": features},
-        "score_examples": {"examples": examples},
-        export.PREDICT: {"inputs": elwc},
-        export.REGRESS: {"inputs": examples},
-    }
+    return cpp_loader.signature_requests(features.astype("float32"))
 
 
 def _python_outputs(signatures, signature, inputs):

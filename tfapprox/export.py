@@ -90,7 +90,9 @@ def next_version(model_dir):
         names = os.listdir(model_dir)
     except FileNotFoundError:
         return 1
-    versions = [int(n) for n in names if _is_version(n) and os.path.isdir(os.path.join(model_dir, n))]
+    versions = [
+        int(n) for n in names if _is_version(n) and os.path.isdir(os.path.join(model_dir, n))
+    ]
     return max(versions, default=0) + 1
 
 

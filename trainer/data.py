@@ -35,6 +35,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from tfapprox.files import is_running
 from trainer.config import DataConfig
 
 EVAL_BATCH_SIZE = 64
@@ -359,18 +360,8 @@ def _remove_dead_temporaries(directory: Path) -> None:
     for path in directory.glob(f".*{_TMP_MARK}*"):
         host, _, pid = path.name.rpartition(_TMP_MARK)[2].rpartition("-")
         if host == socket.gethostname() and pid.isascii() and pid.isdigit() \
-                and not path.is_symlink() and path.is_dir() and not _is_running(int(pid)):
+                and not path.is_symlink() and path.is_dir() and not is_running(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _is_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _key(values: Any) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfapprox.data import letor, records
-from tfapprox.data.writing import create_file, new_directory, refuse_symlink
+from tfapprox.files import create_file, new_directory, refuse_symlink
 
 SPEC_NAME = "spec.json"
 SHARD_SUFFIX = ".tfrecord"

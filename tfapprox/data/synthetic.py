@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from tfapprox.data.letor import Query
-from tfapprox.data.writing import create_file, fresh_name
+from tfapprox.files import create_file, fresh_name
 
 _GRADE_SHARES = {
     2: (0.75,),

@@ -1,4 +1,7 @@
-"""Writing only what we create: new files and directories, never through a symbolic link."""
+"""Writing only what we create: new files and directories, never through a symbolic link.
+
+Shared by the converter, the synthetic data writer, export and the trainer's caches.
+"""
 
 from __future__ import annotations
 
@@ -34,3 +37,16 @@ def refuse_symlink(path: Path, what: str) -> None:
             f"{path} is a symbolic link (to {os.readlink(path)}); {what} never writes through a link: "
             "give its target or a new path"
         )
+
+
+def is_running(pid: int) -> bool:
+    """True if a process `pid` runs on this host (a staging directory's writer, say)."""
+    if os.name != "posix":  # os.kill(pid, 0) would signal it there: assume it runs
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # running, as another user
+        pass
+    return True

@@ -1,5 +1,6 @@
 """Converter, spec, tf.data pipeline and generated data: round trips, padding, truncation, sharding."""
 
+import itertools
 import json
 import os
 import pathlib
@@ -473,6 +474,73 @@ def test_shard_by_file_for_workers(small):
     text = [lists_of(dataset.ranking_dataset(small["paths"]["train"], 4, num_shards=3, shard_index=i,
                                              shuffle=False)) for i in range(3)]
     assert [len(t) for t in text] == [20, 20, 20]
+
+
+def test_bucket_sizes_minimise_padding():
+    rng = np.random.default_rng(0)
+
+    def padding(lengths, sizes):
+        sizes = np.asarray(sizes)
+        return int((sizes[np.searchsorted(sizes, lengths)] - lengths).sum())
+
+    for _ in range(100):
+        lengths = rng.integers(1, 30, rng.integers(1, 40))
+        most = int(rng.integers(1, 5))
+        sizes = dataset.bucket_sizes(lengths, most)
+        distinct = np.unique(lengths)
+        fewest = min(padding(lengths, [*chosen, distinct[-1]]) for count in range(most)
+                     for chosen in itertools.combinations(distinct[:-1], count))
+        assert len(sizes) <= most and sizes[-1] == distinct[-1]
+        assert padding(lengths, sizes) == fewest, (lengths.tolist(), most, sizes)
+    many = dataset.bucket_sizes(np.arange(1, 5001), 4)  # more distinct lengths than candidates
+    assert len(many) == 4 and many[-1] == 5000
+    assert dataset.bucket_sizes([], 3) == []
+
+
+def test_buckets_pad_whole_lists_to_a_few_sizes(small):
+    sizes = [9, 13, 18]
+    batches = [(inputs["mask"].numpy(), labels.numpy()) for inputs, labels in
+               dataset.ranking_dataset(small["records"], 7, seed=2, list_buckets=sizes)]
+    assert [len(mask) for mask, _ in batches] == [7] * 8 + [4]  # the batches of no buckets
+    for mask, _ in batches[:-1]:
+        longest = mask.sum(axis=1).max()
+        assert mask.shape[1] == min(s for s in sizes if s >= longest)
+    assert batches[-1][0].shape[1] == 18  # the short last batch takes the largest size
+    got = lists_of(dataset.ranking_dataset(small["records"], 7, seed=2, list_buckets=sizes))
+    assert sorted(signature(*x) for x in got) == sorted(signature(q.labels, q.features)
+                                                         for q in small["queries"])
+    again = lists_of(dataset.ranking_dataset(small["records"], 7, seed=2, list_buckets=sizes))
+    other = lists_of(dataset.ranking_dataset(small["records"], 7, seed=3, list_buckets=sizes))
+    order = [signature(*x) for x in got]
+    assert order == [signature(*x) for x in again] != [signature(*x) for x in other]
+
+
+def test_buckets_chosen_from_the_lists_lengths(small, tmp_path):
+    expected = [len(q.labels) for q in small["queries"]]
+    assert sorted(dataset.list_lengths(small["records"])) == sorted(expected)
+    assert dataset.list_lengths(small["paths"]["train"]).tolist() == expected
+    converter.convert(small["paths"]["train"], tmp_path / "seq", record_format="sequence_example")
+    assert dataset.list_lengths(tmp_path / "seq").tolist() == expected
+    sizes = dataset.bucket_sizes(expected, 3)
+    for source in (small["records"], tmp_path / "seq"):
+        widths = {labels.shape[1] for _, labels in
+                  dataset.ranking_dataset(source, 8, seed=0, list_buckets=3)}
+        assert widths <= set(sizes)
+
+
+def test_bucket_groups_of_a_global_batch_split_into_replica_batches(small):
+    def lists(batch_size, **kwargs):
+        return [signature(*x) for x in lists_of(dataset.ranking_dataset(
+            small["records"], batch_size, seed=0, list_buckets=[9, 13, 18], **kwargs))]
+
+    # replica batches 2k and 2k + 1 hold global batch k's lists
+    assert lists(4, bucket_batch_size=8) == lists(8)
+    with pytest.raises(ValueError, match="bucket_batch_size must be a positive multiple of batch_size=4"):
+        dataset.ranking_dataset(small["records"], 4, list_buckets=[9, 18], bucket_batch_size=6)
+    with pytest.raises(ValueError, match="list_buckets pads whole lists"):
+        dataset.ranking_dataset(small["records"], 4, list_size=10, list_buckets=[9, 18])
+    with pytest.raises(ValueError, match="list_buckets must be increasing positive sizes"):
+        dataset.ranking_dataset(small["records"], 4, list_buckets=[18, 9])
 
 
 def test_tfranking_per_feature_records_are_detected(tmp_path, rng):

@@ -1,5 +1,6 @@
 """End-to-end trainer runs in this process, on tiny generated data (a few seconds each)."""
 
+import dataclasses
 import json
 import os
 import socket
@@ -198,6 +199,8 @@ def test_an_existing_export_version_is_refused_before_training(tmp_path, cache_d
     (["--train", "t.txt", "--vali", "v.txt"], "no data files match 't.txt'"),
     (["--name", "a/b"], "export.name must be a directory name"),
     (["--version", "-1"], "export.version must be >= 0 or null, got -1"),
+    (["--buckets", "-1"], "data.buckets must be >= 0, got -1"),
+    (["--bucket-sizes", "32,16"], "data.bucket_sizes must be increasing positive integers or null"),
     (["--export-dir", "{file}"], "is not a writable directory"),
 ])
 def test_bad_settings_are_one_line_errors_before_training(tmp_path, cache_dir, capsys, argv, message):
@@ -265,6 +268,88 @@ def test_mixed_precision_and_jit(tmp_path, cache_dir):
     assert results["precision_policy"] == expected
     assert all(np.isfinite(v) for v in results["validation"].values())
     assert keras.config.dtype_policy().name == "float32"  # restored for whoever runs next
+
+
+VARIED_LENGTHS = {"num_queries": 200, "docs_per_query": 20, "num_features": 8}  # lists of 10-30
+
+
+def epoch_lists(batches):
+    """Returns the lists of `batches` as bytes, padding stripped, in order."""
+    found = []
+    for inputs, labels in batches:
+        for features, mask, list_labels in zip(np.asarray(inputs["features"]),
+                                               np.asarray(inputs["mask"]), np.asarray(labels)):
+            found.append(features[mask].tobytes() + list_labels[mask].tobytes())
+    return found
+
+
+def test_whole_training_lists_are_bucketed(tmp_path):
+    assert DataConfig().buckets == 8 and DataConfig().list_size is None  # the default
+    config = tiny_config(tmp_path, tmp_path, **{"data.synthetic": VARIED_LENGTHS,
+                                                "train.batch_size": 8, "data.buckets": 3})
+    printed = []
+    splits = data.resolve(config.data, print_fn=printed.append)
+    assert len(splits.train_buckets) == 3
+    assert any(line.startswith("Training lists padded to") for line in printed)
+    unbucketed = dataclasses.replace(splits, train_buckets=None)
+    num_batches = -(-splits.num_train_lists // 8)
+    shapes = set()
+    for epoch in range(3):
+        bucketed = data.train_dataset(splits, 8, None, seed=(0, epoch))
+        lists = epoch_lists(bucketed)  # assert_cardinality fails on another number of batches
+        assert int(bucketed.cardinality()) == num_batches
+        shapes |= {tuple(labels.shape) for _, labels in bucketed}
+        assert lists == epoch_lists(data.train_dataset(splits, 8, None, seed=(0, epoch)))
+        assert sorted(lists) == sorted(epoch_lists(data.train_dataset(unbucketed, 8, None,
+                                                                      seed=(0, epoch))))
+    assert len(shapes) <= len(splits.train_buckets) + 1
+    unbucketed_shapes = {tuple(labels.shape) for epoch in range(3) for _, labels in
+                         data.train_dataset(unbucketed, 8, None, seed=(0, epoch))}
+    assert len(unbucketed_shapes) > len(shapes)
+
+    # Two workers of one replica each: their batches k together are the global batch k.
+    whole = epoch_lists(data.train_dataset(splits, 8, None, seed=(0, 0)))
+    shards = [list(data.train_dataset(splits, 4, None, seed=(0, 0), num_shards=2, shard_index=i,
+                                      global_batch_size=8)) for i in range(2)]
+    assert min(len(shard) for shard in shards) >= splits.num_train_lists // 8
+    joined = [one for pair in zip(*shards) for batch in pair for one in epoch_lists([batch])]
+    assert joined == whole[:len(joined)]
+
+
+def test_bucketed_training_equals_padding_each_batch_to_its_longest(tmp_path, cache_dir):
+    """One batch per epoch: bucketing changes only the padding and the lists' order in the batch."""
+    results = {}
+    for name, sizes in (("bucketed", [12, 40]), ("unbucketed", None)):
+        config = tiny_config(tmp_path / name, cache_dir, **{
+            "train.batch_size": 32, "data.bucket_sizes": sizes, "data.buckets": 0,
+            "export.enabled": False})
+        results[name] = train.train(config)
+    for bucketed, unbucketed in zip(results["bucketed"]["history"],
+                                    results["unbucketed"]["history"], strict=True):
+        for key, value in unbucketed.items():
+            if key != "epoch_seconds":
+                assert bucketed[key] == pytest.approx(value, abs=1e-5), key
+    assert results["bucketed"]["test"] == pytest.approx(results["unbucketed"]["test"], abs=1e-5)
+
+
+def test_jit_compiles_once_per_bucket_through_the_command_line(tmp_path):
+    """XLA's dump holds one module family per compile of the training step."""
+    values = config_lib.load_dict("demo")
+    config_lib.apply_overrides(values, {
+        "data.synthetic": VARIED_LENGTHS, "data.cache_dir": str(tmp_path / "cache"),
+        "model.preset": "B64", "train.batch_size": 8, "train.epochs": 2, "export.enabled": False})
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(values))
+    dump = tmp_path / "xla"
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer", "train", "--config", str(tmp_path / "run.yaml"), "--jit",
+         "--buckets", "3", "--run-dir", str(tmp_path / "run")], cwd=tmp_path,
+        env={**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}"}, capture_output=True, text=True,
+        timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Training lists padded to" in done.stdout
+    compiles = {path.name.split(".")[0] for path in dump.iterdir()
+                if ".a_inference_one_step_on_data" in path.name}
+    assert 1 <= len(compiles) <= 3 + 1
 
 
 LOSS_PARAMS = {"approx_precision": {"k": 5}, "approx_ndcg": {"alpha": 5.0, "beta": 2.0}}

@@ -25,6 +25,8 @@ _FLAG_KEYS = {
     "test_files": "data.test",
     "num_features": "data.num_features",
     "list_size": "data.list_size",
+    "buckets": "data.buckets",
+    "bucket_sizes": "data.bucket_sizes",
     "model": "model.kind",
     "adarank_measure": "model.adarank_measure",
     "adarank_rounds": "model.adarank_rounds",
@@ -111,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
                    "sparse text whose splits' highest feature indices differ)")
     g.add_argument("--list-size", type=_list_size,
                    help="training list size (lists cut/padded to it); 'full' keeps whole lists")
+    g.add_argument("--buckets", type=int,
+                   help="whole training lists: group by length and pad each batch to one of at "
+                   "most this many sizes chosen from the lists' lengths, so --jit compiles at "
+                   "most this many + 1 shapes (default 8; 0 pads each batch to its longest list)")
+    g.add_argument("--bucket-sizes", type=_int_list, metavar="N,N,...",
+                   help="whole training lists: the pad sizes themselves, e.g. 16,32,64,128")
 
     g = common.add_argument_group("model and loss")
     g.add_argument("--model", choices=config_lib.MODEL_KINDS,
@@ -152,7 +160,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="tf.distribute strategy; multi_worker reads TF_CONFIG")
     g.add_argument("--mixed-precision", action="store_true", default=None,
                    help="mixed float16 (GPU) / bfloat16 (CPU) compute")
-    g.add_argument("--jit", action="store_true", default=None, help="XLA-compile the train step")
+    g.add_argument("--jit", action="store_true", default=None,
+                   help="XLA-compile the train step, once per batch shape (whole lists: one per "
+                   "--buckets size, plus one). On a 2-core CPU it is no faster on the dense "
+                   "layers and the first epoch pays the compiles: measure before choosing it "
+                   "(docs/performance.md)")
 
     g = common.add_argument_group("export")
     g.add_argument("--export-dir", help="SavedModel base directory (default saved_models)")

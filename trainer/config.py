@@ -37,7 +37,12 @@ class DataConfig:
     vali: list[str] | None = None
     test: list[str] | None = None
     num_features: int | None = None  # required for TFRecords; read from LETOR text otherwise
-    list_size: int | None = None  # training lists cut/padded to this (None: each batch's longest)
+    list_size: int | None = None  # training lists cut/padded to this (None: whole lists, see buckets)
+    # Whole training lists are grouped by length and each batch padded to the smallest of at most
+    # `buckets` sizes chosen from the training lists' lengths (so XLA compiles at most buckets + 1
+    # shapes); 0 pads each batch to its longest list. `bucket_sizes` gives the sizes instead.
+    buckets: int = 8
+    bucket_sizes: list[int] | None = None
     cache_dir: str = "runs/data"  # generated data and LETOR→TFRecord conversions live here
     synthetic: dict[str, Any] = dataclasses.field(default_factory=dict)  # synthetic.write_letor kwargs
 
@@ -233,6 +238,8 @@ def validate(config: Config) -> None:
         (0.0 <= config.model.dropout < 1.0, "model.dropout", config.model.dropout, "in [0, 1)"),
         (config.data.list_size is None or config.data.list_size >= 2, "data.list_size", config.data.list_size, ">= 2 (one document has nothing to rank against) or null"),
         (config.data.num_features is None or config.data.num_features >= 1, "data.num_features", config.data.num_features, ">= 1 or null"),
+        (config.data.buckets >= 0, "data.buckets", config.data.buckets, ">= 0"),
+        (config.data.bucket_sizes is None or _increasing_sizes(config.data.bucket_sizes), "data.bucket_sizes", config.data.bucket_sizes, "increasing positive integers or null"),
         (_is_plain_name(config.export.name), "export.name", config.export.name, "a directory name without '/' that does not start with '.'"),
         (config.export.version is None or config.export.version >= 0, "export.version", config.export.version, ">= 0 or null"),
         (all(1 <= f <= 5 for f in config.cv.folds) and config.cv.folds, "cv.folds", config.cv.folds, "a non-empty subset of 1..5"),
@@ -242,6 +249,11 @@ def validate(config: Config) -> None:
             raise ValueError(f"{field} must be {expected}, got {value!r}")
     if config.data.dir is None and config.data.train is not None and not config.data.vali:
         raise ValueError("data.train needs data.vali too: model selection runs on validation data")
+
+
+def _increasing_sizes(sizes: list[Any]) -> bool:
+    return (bool(sizes) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes)
+            and sizes == sorted(set(sizes)))
 
 
 def _is_plain_name(name: str) -> bool:

@@ -13,9 +13,11 @@ Cache entries are written to a temporary directory and renamed into place, so co
 killed runs never see half of one; a killed process's temporary directory is removed by the next.
 
 Training batches for epoch e are shuffled with a seed drawn from `(seed, e)`: a resumed run sees the
-same order as an uninterrupted one. Under a multi-worker strategy every worker builds the same
-sequence of per-replica batches and keeps every n-th: together the workers see exactly the global
-batches a single worker would.
+same order as an uninterrupted one. Whole training lists are grouped by length and padded to one
+of a few sizes chosen once from the training lists' lengths (`data.buckets`, `data.bucket_sizes`),
+in groups of the global batch size, so the number of batches is what it would be without buckets.
+Under a multi-worker strategy every worker builds the same sequence of per-replica batches and keeps
+every n-th: together the workers see exactly the global batches a single worker would.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class Splits:
     num_features: int
     num_train_lists: int
     fingerprints: dict[str, list] = dataclasses.field(default_factory=dict)  # split -> fingerprint
+    train_buckets: list[int] | None = None  # pad sizes of whole training lists (None: no buckets)
 
 
 def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
@@ -89,7 +92,22 @@ def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
         num_features=num_features,
         num_train_lists=_count_lists(records["train"], num_features),
         fingerprints={split: fingerprint(paths) for split, paths in sources.items()},
+        train_buckets=_train_buckets(config, records["train"], num_features, print_fn),
     )
+
+
+def _train_buckets(config: DataConfig, files: list[str], num_features: int,
+                   print_fn: Printer) -> list[int] | None:
+    """Returns the pad sizes of whole training lists: `config.bucket_sizes`, or at most
+    `config.buckets` sizes that minimise the padding of the training lists (one pass over them to
+    read their lengths); None with a `list_size` or without buckets."""
+    from tfapprox.data.dataset import bucket_sizes, list_lengths
+
+    if config.list_size is not None or not (config.buckets or config.bucket_sizes):
+        return None
+    sizes = config.bucket_sizes or bucket_sizes(list_lengths(files, num_features), config.buckets)
+    print_fn(f"Training lists padded to {', '.join(map(str, sizes))} documents by length")
+    return sizes
 
 
 def check_sources(config: DataConfig) -> None:
@@ -119,18 +137,24 @@ def describe_fingerprint(value: list[list]) -> str:
 
 
 def train_dataset(splits: Splits, batch_size: int, list_size: int | None, *,
-                  seed: tuple[int, int], num_shards: int = 1, shard_index: int = 0) -> tf.data.Dataset:
+                  seed: tuple[int, int], num_shards: int = 1, shard_index: int = 0,
+                  global_batch_size: int | None = None) -> tf.data.Dataset:
     """Returns one epoch of shuffled training batches; `seed` is `(run seed, epoch)`.
 
     With `num_shards > 1` only batches `shard_index, shard_index + num_shards, ...` are kept.
+    Whole lists (`list_size` None) are grouped by length in groups of `global_batch_size` lists
+    (default `batch_size`) and padded to `splits.train_buckets`: consecutive batches of
+    `batch_size` then make up the global batches that one replica would take.
     """
     from tfapprox.data import ranking_dataset
 
     epoch_seed = int(np.random.SeedSequence(list(seed)).generate_state(1)[0] >> 1)
+    buckets = splits.train_buckets if list_size is None else None
     dataset = ranking_dataset(
         splits.train, batch_size, list_size, shuffle=True, seed=epoch_seed,
         num_features=splits.num_features,
         shuffle_buffer_size=min(max(splits.num_train_lists, 1), SHUFFLE_BUFFER_LISTS),
+        list_buckets=buckets, bucket_batch_size=global_batch_size,
     )
     num_batches = -(-splits.num_train_lists // batch_size)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
@@ -149,20 +173,17 @@ def eval_dataset(paths: list[str], splits: Splits) -> tf.data.Dataset:
     return dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
 
 
-def padded_lists(paths: list[str], splits: Splits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Returns every list of `paths`, in file order, padded to the longest: features float32
-    [Q, L, F], labels float32 [Q, L] (-1 on padding) and mask bool [Q, L]. For models fitted on a
-    whole split at once (AdaRank)."""
+def padded_lists(paths: list[str], splits: Splits) -> tuple[list, list, list]:
+    """Returns every list of `paths` in length buckets, each padded to its own longest list
+    (`tfapprox.adarank.length_buckets`): features float32 [Q_b, L_b, F], labels float32
+    [Q_b, L_b] (-1 on padding) and mask bool [Q_b, L_b], one array per bucket. For models fitted
+    on a whole split at once (AdaRank)."""
+    from tfapprox.adarank import length_buckets
+
     batches = list(eval_dataset(paths, splits).as_numpy_iterator())
-    width = max(labels.shape[1] for _, labels in batches)
-
-    def padded(array: np.ndarray, value) -> np.ndarray:
-        widths = [(0, 0), (0, width - array.shape[1])] + [(0, 0)] * (array.ndim - 2)
-        return np.pad(array, widths, constant_values=value)
-
-    return (np.concatenate([padded(inputs["features"], 0.0) for inputs, _ in batches]),
-            np.concatenate([padded(labels, -1.0) for _, labels in batches]),
-            np.concatenate([padded(inputs["mask"], False) for inputs, _ in batches]))
+    return length_buckets([inputs["features"] for inputs, _ in batches],
+                          [labels for _, labels in batches],
+                          [inputs["mask"] for inputs, _ in batches])
 
 
 def letor_folds(directory: str | os.PathLike) -> dict[int, tuple[list[str], list[str], list[str]]]:

@@ -94,8 +94,8 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
     policy = _set_precision(config.runtime.mixed_precision)
     keras.utils.set_random_seed(config.train.seed)
     splits = data.resolve(config.data, print_fn=say)
-    if config.runtime.jit and config.data.list_size is None:
-        say("Note: with --jit and no --list-size, XLA compiles once per padded list length")
+    if config.runtime.jit and config.data.list_size is None and not splits.train_buckets:
+        say("Note: with --jit, whole lists and --buckets 0, XLA compiles once per padded list length")
     run_dir = Path(config.train.run_dir)
     built = _build(config, splits.num_features, dist)
     state, best_weights = _start_or_resume(config, run_dir, fresh, built, splits, dist, say)
@@ -288,7 +288,7 @@ def _train_one_epoch(config: Config, model: keras.Model, splits: data.Splits,
     train_input = dist.distribute(
         lambda batch, shards, index: data.train_dataset(
             splits, batch, config.data.list_size, seed=(config.train.seed, epoch),
-            num_shards=shards, shard_index=index),
+            num_shards=shards, shard_index=index, global_batch_size=config.train.batch_size),
         config.train.batch_size,
     )
     history = model.fit(

@@ -2,6 +2,9 @@
 
 Every dataset yields ``(inputs, labels)`` with ``inputs = {"features": float32 [B, L, F], "mask": bool
 [B, L]}`` and ``labels`` float32 ``[B, L]``, -1 on padded slots (see docs/contracts.md).
+
+Whole lists can be grouped by length and padded to one of a few sizes (``list_buckets``), so that a
+compiled step (XLA) sees a bounded number of shapes; see docs/performance.md.
 """
 
 from __future__ import annotations
@@ -276,6 +279,113 @@ def list_parser(
 
 
 # --------------------------------------------------------------------------------------------------
+# List-length buckets
+# --------------------------------------------------------------------------------------------------
+_LENGTH_BATCH = 1024  # lists whose lengths are read at once
+_MAX_CANDIDATE_SIZES = 2048  # bucket_sizes picks among at most this many sizes (memory: their square)
+
+
+def _lengths_reader(record_format: str) -> Callable:
+    """Returns ``lengths(serialized [B]) -> int64 [B]``: each list's document count, read without
+    parsing the documents."""
+
+    def lengths(serialized):
+        if record_format == "elwc":
+            return tf.cast(records.decode_elwc(serialized)[1], tf.int64)
+        _, _, counts = tf.io.parse_sequence_example(serialized, sequence_features={
+            records.LABEL_KEY: tf.io.FixedLenSequenceFeature([], tf.float32)})
+        return counts[records.LABEL_KEY]
+
+    return lengths
+
+
+def list_lengths(file_pattern, num_features: int | None = None) -> np.ndarray:
+    """Returns the document count of every list behind ``file_pattern``, in file order (one pass)."""
+    info = describe(file_pattern, num_features)
+    if info.kind == "letor":
+        return np.array([len(q.labels) for q in letor.read_queries(info.files, info.num_features)],
+                        np.int64)
+    counted = tf.data.TFRecordDataset([str(f) for f in info.files]).batch(_LENGTH_BATCH).map(
+        _lengths_reader(info.record_format))
+    return np.concatenate([np.zeros([0], np.int64), *counted.as_numpy_iterator()])
+
+
+def bucket_sizes(lengths, max_buckets: int) -> list[int]:
+    """Returns at most ``max_buckets`` pad sizes, the largest the longest list, that minimise the
+    padded slots Σ_i (size(l_i) − l_i) when each list of ``lengths`` is padded to the smallest
+    size ≥ its length l_i.
+
+    By dynamic programming over the candidate sizes u_1 < … < u_m (the distinct lengths; at most
+    2048 of them, else 2048 of their quantiles, the longest always among them): with C_b and
+    S_b the count and the summed length of the lists up to u_b, padding the lists in
+    (u_a, u_b] to u_b costs u_b·(C_b − C_a) − (S_b − S_a), and the best cover of u_1..u_b by j
+    sizes is best_j(b) = min_a best_{j−1}(a) + cost(a, b).
+    """
+    if not isinstance(max_buckets, (int, np.integer)) or max_buckets < 1:
+        raise ValueError(f"max_buckets must be a positive integer; got {max_buckets!r}")
+    lengths = np.asarray(lengths, np.int64)
+    if lengths.size == 0:
+        return []
+    sizes = np.unique(lengths)
+    if sizes.size > _MAX_CANDIDATE_SIZES:
+        sizes = np.unique(np.quantile(sizes, np.linspace(0, 1, _MAX_CANDIDATE_SIZES),
+                                      method="higher"))
+    group = np.searchsorted(sizes, lengths)  # each list's candidate: the smallest size >= it
+    count = np.concatenate([[0], np.cumsum(np.bincount(group, minlength=sizes.size))])
+    total = np.concatenate([[0], np.cumsum(np.bincount(group, lengths, minlength=sizes.size))])
+    padded_to = np.concatenate([[0], sizes]).astype(np.float64)
+    cost = padded_to[None, :] * (count[None, :] - count[:, None]) - (total[None, :] - total[:, None])
+    cost[np.tril_indices(sizes.size + 1)] = np.inf  # cost[a, b] only for a < b
+    best = np.full(sizes.size + 1, np.inf)
+    best[0] = 0.0
+    previous = []  # per number of sizes: the best a for each b
+    for _ in range(min(max_buckets, sizes.size)):
+        covers = best[:, None] + cost
+        previous.append(np.argmin(covers, axis=0))
+        best = np.minimum(covers.min(axis=0), np.where(np.arange(best.size) == 0, 0.0, np.inf))
+    chosen, b = [], sizes.size
+    for before in reversed(previous):
+        if b == 0:
+            break
+        chosen.append(int(sizes[b - 1]))
+        b = int(before[b])
+    return sorted(chosen)
+
+
+def _grouped_by_bucket(data: tf.data.Dataset, lengths: Callable, sizes: list[int],
+                       group_size: int) -> tf.data.Dataset:
+    """Returns ``data``'s serialized lists as ``(length, serialized)``, reordered so that each run of
+    ``group_size`` lists shares a bucket (the smallest of ``sizes`` ≥ the length; lists longer than
+    every size share one more).
+
+    Lists keep their order within a bucket; a bucket's lists leave as soon as ``group_size`` have
+    come. What is left in the buckets when ``data`` ends follows, bucket by bucket, so only the
+    very last run is shorter: the element count and the ``group_size`` runs' boundaries are those of
+    ``data``.
+    """
+    boundaries = tf.constant(sizes, tf.int64)
+
+    def bucket(length, serialized):
+        del serialized
+        return tf.searchsorted(boundaries, tf.reshape(length, [1]), out_type=tf.int64)[0]
+
+    with_lengths = data.batch(_LENGTH_BATCH).map(lambda s: (lengths(s), s)).unbatch()
+    return with_lengths.group_by_window(
+        bucket, lambda _, window: window.batch(group_size), window_size=group_size).unbatch()
+
+
+def _bucket_padding(lengths: tf.Tensor, sizes: list[int], batch_size: int) -> tf.Tensor:
+    """Returns the size a batch of lists of ``lengths`` is padded to: the smallest of ``sizes`` ≥
+    its longest list (that list's length beyond every size). A batch of fewer than ``batch_size``
+    lists (an epoch's last) takes the largest, so it adds one shape rather than one per size."""
+    longest = tf.reduce_max(lengths)
+    sizes = tf.constant(sizes, tf.int64)
+    fitting = tf.concat([sizes, tf.reshape(longest, [1])], axis=0)
+    size = tf.gather(fitting, tf.searchsorted(sizes, tf.reshape(longest, [1]))[0])
+    return tf.where(tf.size(lengths) < batch_size, tf.maximum(sizes[-1], longest), size)
+
+
+# --------------------------------------------------------------------------------------------------
 # The dataset
 # --------------------------------------------------------------------------------------------------
 def ranking_dataset(
@@ -295,6 +405,8 @@ def ranking_dataset(
     deterministic: bool | None = None,
     cycle_length: int = 4,
     verify: bool | None = None,
+    list_buckets: int | list[int] | None = None,
+    bucket_batch_size: int | None = None,
 ) -> tf.data.Dataset:
     """Returns a ``tf.data.Dataset`` of ``({"features" [B,L,F], "mask" [B,L]}, labels [B,L])``.
 
@@ -325,6 +437,17 @@ def ranking_dataset(
         ``converter.RecordError`` naming it instead of a ``DataLossError`` mid-training that names
         no file. ``None``: when the files total at most 256 MB. A file's size is always checked
         against its ``spec.json``.
+      list_buckets: with ``list_size=None``, group lists by length and pad each batch to the
+        smallest of a few sizes that holds its longest list, instead of to that list's length: a
+        list of sizes, or an int, the most sizes to choose from the files' list lengths
+        (:func:`bucket_sizes`, after one pass that reads them, :func:`list_lengths`). A batch of
+        fewer than ``batch_size`` lists is padded to the largest size; lists longer than every size
+        get batches of their own, padded to their longest. Lists wait in their bucket until
+        ``bucket_batch_size`` have come, so a bucket's lists stay in shuffled order, and the number
+        of batches is the same as without buckets.
+      bucket_batch_size: lists grouped together (default ``batch_size``); a multiple of
+        ``batch_size``. Under a distribution strategy, the global batch size: the replicas' batches
+        of one step then together hold the lists that one replica's batch would.
 
     Raises:
       FileNotFoundError: nothing matches ``file_pattern``.
@@ -337,7 +460,18 @@ def ranking_dataset(
         raise ValueError(f"list_size must be None or a positive integer; got {list_size!r}")
     if not 0 <= shard_index < num_shards:
         raise ValueError(f"shard_index must be in [0, num_shards={num_shards}); got {shard_index!r}")
+    bucket_batch_size = batch_size if bucket_batch_size is None else bucket_batch_size
+    if list_buckets is not None and list_size is not None:
+        raise ValueError(f"list_buckets pads whole lists; it cannot go with list_size={list_size}")
+    if bucket_batch_size < 1 or bucket_batch_size % batch_size:
+        raise ValueError(f"bucket_batch_size must be a positive multiple of batch_size={batch_size}; "
+                         f"got {bucket_batch_size!r}")
     info = describe(file_pattern, num_features)
+    if isinstance(list_buckets, (int, np.integer)):
+        list_buckets = bucket_sizes(list_lengths(info.files, info.num_features), list_buckets)
+    elif list_buckets is not None and (not list_buckets or list_buckets[0] < 1
+                                       or list(list_buckets) != sorted(set(list_buckets))):
+        raise ValueError(f"list_buckets must be increasing positive sizes; got {list_buckets!r}")
     if random_subset is None:
         random_subset = shuffle
     if deterministic is None:
@@ -386,6 +520,9 @@ def ranking_dataset(
         data = data.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         data = data.repeat()
+    if list_buckets:
+        data = _grouped_by_bucket(data, _lengths_reader(info.record_format), list(list_buckets),
+                                  bucket_batch_size)
     data = data.batch(batch_size, drop_remainder=drop_remainder)
     parse = list_parser(
         info.record_format,
@@ -396,8 +533,13 @@ def ranking_dataset(
         seed=seed_for_subset if random_subset else None,
     )
 
-    def to_model_inputs(batch_index, serialized):
+    def to_model_inputs(batch_index, batch):
+        lengths, serialized = batch if list_buckets else (None, batch)
         features, mask, labels = parse(serialized, batch_index)
+        if list_buckets:
+            size = tf.cast(_bucket_padding(lengths, list(list_buckets), batch_size), tf.int32)
+            features, mask = _pad_to(features, size, 0.0), _pad_to(mask, size, False)
+            labels = _pad_to(labels, size, records.PAD_LABEL)
         return {"features": features, "mask": mask}, labels
 
     data = data.enumerate().map(

@@ -1,6 +1,7 @@
 """Prints forward+backward throughput (lists/s) of every tfapprox loss beside TF-Ranking's.
 
     python benchmarks/losses.py [--round-seconds 0.3] [--jit] [--no-tfranking] [--loss NAME ...]
+                                [--counted-order-up-to N] [--per-pair-exps]
 
 Each loss is timed at list sizes 10, 100 and 1000 (batch 256, 64 and 8; float32 labels 0..4,
 no padding) on the TensorFlow backend: the gradient of the reduced loss with respect to the
@@ -14,6 +15,14 @@ the TF-Ranking loss that computes the same per-list values. For the pairwise los
 adds the share of this machine's limit: pairs/s (lists/s × list size²) over the sigmoid pairs/s
 that `benchmarks/limits.py` measures in the same run (a fused forward pass that evaluates each
 pair's σ once, so a forward+backward pass at 100 % would be as cheap as that forward alone).
+
+The path column says which of `tfapprox.ops`' compiled-mode choices each loss took, read from a
+separate traced call (the timed ones are not instrumented): lists ordered by counting or by a
+sort (`COUNTED_ORDER_UP_TO`: static list sizes up to it, under XLA), and pair exponentials from
+per-document factors or one per pair (`FACTORED_EXPONENTIALS`, under XLA; factors only where every
+list spans at most 2·EXP_LIMIT, so the share of calls that fit is given). Both were chosen from
+CPU measurements: `--counted-order-up-to 0` and `--per-pair-exps` take the other paths, so a run
+on another device (a GPU) can check them.
 """
 
 import argparse
@@ -22,13 +31,14 @@ import os
 import pathlib
 import subprocess
 import sys
+from unittest import mock
 
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from tfapprox import losses  # noqa: E402
+from tfapprox import losses, ops as rank_ops  # noqa: E402
 from limits import pairs_per_second  # noqa: E402
 from tfranking_losses import ROUNDS, SIZES, GradientTimer, make_inputs  # noqa: E402
 
@@ -74,23 +84,67 @@ class TFRankingServer:
         self.process.wait()
 
 
+def paths_taken(loss, inputs, jit_compile):
+    """Returns which `tfapprox.ops` paths a forward+backward pass of `loss` on `inputs` takes.
+
+    The helpers that choose are wrapped while one `GradientTimer` traces and calls its step in a
+    graph that XLA does not compile but that takes XLA's paths when `jit_compile`
+    (`_compiled_by_xla` answers so), where the wrappers can read the values they see.
+    """
+    orders, fitted, unfactored = [], [], []
+    counted_order_applies = rank_ops._counted_order_applies
+    factored_or_per_pair = rank_ops._factored_or_per_pair
+    dense_sigmoid_sums = rank_ops._dense_sigmoid_sums
+
+    def order(values):
+        orders.append(counted_order_applies(values))
+        return orders[-1]
+
+    def exponentials(fit, *args):
+        tf.py_function(lambda value: fitted.append(bool(value)), [fit], [])
+        return factored_or_per_pair(fit, *args)
+
+    def sigmoid_sums(values, weights, factored=True):
+        unfactored.append(jit_compile and not factored)
+        return dense_sigmoid_sums(values, weights, factored)
+
+    with mock.patch.object(rank_ops, "_compiled_by_xla", lambda: jit_compile), \
+            mock.patch.object(rank_ops, "_counted_order_applies", order), \
+            mock.patch.object(rank_ops, "_factored_or_per_pair", exponentials), \
+            mock.patch.object(rank_ops, "_dense_sigmoid_sums", sigmoid_sums):
+        GradientTimer(loss, *inputs, 0.0, jit_compile=False)
+    found = []
+    if orders:
+        found.append("counted order" if all(orders) else "sorted")
+    if fitted and not rank_ops.FACTORED_EXPONENTIALS:
+        found.append("per-pair exps")
+    elif fitted:
+        found.append("factored exps" if all(fitted) else
+                     f"factored exps in {sum(fitted)}/{len(fitted)} calls, else per pair")
+    if any(unfactored):
+        found.append("per-pair exps (unfactored sums)")
+    return ", ".join(found) or "no compiled-mode choice"
+
+
 def measure(round_seconds, jit_compile, server, names):
-    """Returns [(loss, list size, ours lists/s, TF-Ranking loss or None, its lists/s or None)]."""
+    """Returns [(loss, list size, ours lists/s, TF-Ranking loss or None, its lists/s or None,
+    paths taken)]."""
     rows = []
     for name in names:
         cls = losses.LOSSES[name]
         loss = cls(**PARAMS.get(name, {}))
         counterpart = COUNTERPARTS.get(cls.__name__) if server else None
         for list_size, batch_size in SIZES:
-            timer = GradientTimer(loss, *make_inputs(list_size, batch_size), round_seconds,
-                                  jit_compile)
+            inputs = make_inputs(list_size, batch_size)
+            paths = paths_taken(loss, inputs, jit_compile)
+            timer = GradientTimer(loss, *inputs, round_seconds, jit_compile)
             ours, theirs = [], []
             for _ in range(ROUNDS):
                 ours.append(timer.round())
                 if counterpart:
                     theirs.append(server.round(counterpart, list_size))
             rows.append((cls.__name__, list_size, max(ours), counterpart,
-                         max(theirs) if theirs else None))
+                         max(theirs) if theirs else None, paths))
             print(f"  {rows[-1]}", file=sys.stderr)
     return rows
 
@@ -100,9 +154,9 @@ def table(rows, pair_limit):
     pairwise = {losses.LOSSES[name].__name__ for name in losses.LOSSES
                 if name not in NOT_PAIRWISE}
     lines = ["| loss | list size | batch | tfapprox lists/s | TF-Ranking loss | "
-             "TF-Ranking lists/s | ours / TF-Ranking | share of pair limit |",
-             "|---|---:|---:|---:|---|---:|---:|---:|"]
-    for name, list_size, ours, counterpart, theirs in rows:
+             "TF-Ranking lists/s | ours / TF-Ranking | share of pair limit | path |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---|"]
+    for name, list_size, ours, counterpart, theirs, paths in rows:
         line = f"| {name} | {list_size} | {dict(SIZES)[list_size]} | {ours:,.0f} |"
         if theirs is None:
             line += " | | |"
@@ -110,7 +164,7 @@ def table(rows, pair_limit):
             line += f" {counterpart} | {theirs:,.0f} | {ours / theirs:.2f}× |"
         share = ours * list_size ** 2 / pair_limit if name in pairwise else None
         line += f" {share:.0%} |" if share is not None else " |"
-        lines.append(line)
+        lines.append(f"{line} {paths} |")
     return "\n".join(lines)
 
 
@@ -123,7 +177,14 @@ def main():
                         help="time tfapprox alone (no side venv)")
     parser.add_argument("--loss", nargs="+", choices=sorted(losses.LOSSES),
                         default=list(losses.LOSSES), help="losses to time (default: all)")
+    parser.add_argument("--counted-order-up-to", type=int, default=rank_ops.COUNTED_ORDER_UP_TO,
+                        help="under XLA, order lists of a static size up to this by counting "
+                        f"instead of sorting (default {rank_ops.COUNTED_ORDER_UP_TO}; 0 always sorts)")
+    parser.add_argument("--per-pair-exps", action="store_true",
+                        help="under XLA, one exp per pair instead of per-document factors")
     args = parser.parse_args()
+    rank_ops.COUNTED_ORDER_UP_TO = args.counted_order_up_to
+    rank_ops.FACTORED_EXPONENTIALS = not args.per_pair_exps
     server = None if args.no_tfranking else TFRankingServer(args.round_seconds, args.jit)
     rows = measure(args.round_seconds, args.jit, server, args.loss)
     pair_limit = pairs_per_second("sigmoid", args.round_seconds)
@@ -133,6 +194,9 @@ def main():
         against = (f"; TF-Ranking {server.versions['tensorflow-ranking']} on TensorFlow "
                    f"{server.versions['tensorflow']}")
     compiled = "XLA" if args.jit else "tf.function"
+    if args.jit:
+        compiled += (f"; counted order up to list size {rank_ops.COUNTED_ORDER_UP_TO}, "
+                     f"{'factored' if rank_ops.FACTORED_EXPONENTIALS else 'per-pair'} exps")
     print(f"Forward+backward lists/s ({compiled}, float32, CPU, {os.cpu_count()} cores, fastest "
           f"of {ROUNDS} rounds): tfapprox on TensorFlow {tf.__version__}{against}. Pair "
           f"limit (benchmarks/limits.py, same run): {pair_limit / 1e9:.2f} G sigmoid pairs/s.\n")

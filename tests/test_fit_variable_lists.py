@@ -6,8 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import COMPILE_MODES, registered
-from tfapprox import losses, models
+from conftest import COMPILE_MODES, registered, to_numpy
+from tfapprox import losses, metrics, models
 
 NUM_FEATURES = 5
 LIST_SIZES = (7, 12, 4, 12)  # one batch each; the list dimension changes from batch to batch
@@ -25,23 +25,51 @@ def variable_length_batches(seed=0, batch=4):
         yield {"features": features, "mask": labels >= 0}, labels
 
 
-def dataset():
-    """The batches as the trainer feeds them: a tf.data pipeline with a `None` list dimension."""
+def dataset(batches=variable_length_batches, weight_shape=None):
+    """The batches as the trainer feeds them: a tf.data pipeline with a `None` list dimension
+    (and sample weights of `weight_shape`, if the batches carry them)."""
     import tensorflow as tf
 
     spec = ({"features": tf.TensorSpec((None, None, NUM_FEATURES), tf.float32),
              "mask": tf.TensorSpec((None, None), tf.bool)},
             tf.TensorSpec((None, None), tf.float32))
-    return tf.data.Dataset.from_generator(variable_length_batches, output_signature=spec)
+    if weight_shape is not None:
+        spec += (tf.TensorSpec(weight_shape, tf.float32),)
+    return tf.data.Dataset.from_generator(batches, output_signature=spec)
 
 
-def fit(loss, mode, metric_list=()):
+def fit(loss, mode, metric_list=(), data=None, callbacks=()):
     keras.utils.set_random_seed(1)
     model = models.DNNScorer(hidden_units=(8, 4))
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=loss, metrics=list(metric_list),
                   run_eagerly=mode == "eager", jit_compile=mode in ("xla", "jit"))
-    history = model.fit(dataset(), epochs=1, verbose=0)
+    history = model.fit(dataset() if data is None else data, epochs=1, verbose=0,
+                        callbacks=list(callbacks))
     return model, history.history
+
+
+def with_nan_feature():
+    """The batches, with a NaN feature (so a NaN score) on a real document of the second."""
+    for index, (inputs, labels) in enumerate(variable_length_batches()):
+        if index == 1:
+            inputs["features"][2, 0, 0] = np.nan
+        yield inputs, labels
+
+
+def with_equal_labels():
+    """The batches with every list's real labels replaced by one label (0, 1, 2 or 3)."""
+    for inputs, labels in variable_length_batches():
+        equal = np.arange(len(labels), dtype=np.float32)[:, None] * np.ones_like(labels)
+        yield inputs, np.where(labels >= 0, equal, -1.0)
+
+
+def with_list_weights(weights):
+    """The batches with `weights(batch, list_size)` as their sample weights."""
+    def batches():
+        for inputs, labels in variable_length_batches():
+            yield inputs, labels, weights(*labels.shape)
+
+    return batches
 
 
 def test_every_registered_loss_is_selectable_by_name():
@@ -60,6 +88,49 @@ def test_every_loss_trains_on_variable_length_lists(loss, mode):
     untrained.build({"features": (None, None, NUM_FEATURES), "mask": (None, None)})
     assert not np.allclose(first_layer, untrained.hidden_dense[0].get_weights()[0]), (
         "no gradient reached the scorer")
+
+
+# Behaviour a loss shares with every other, checked op by op in every mode in test_losses.py:
+# here through model.fit, compiled by XLA (what the trainer runs), one fit per loss.
+XLA_MODES = [mode for mode in COMPILE_MODES if mode in ("xla", "jit")]
+
+
+@pytest.mark.parametrize("mode", XLA_MODES)
+@pytest.mark.parametrize("loss", registered(keras.losses.Loss), ids=lambda l: type(l).__name__)
+def test_a_nan_score_stops_training_with_every_loss(loss, mode):
+    _, history = fit(loss, mode, data=dataset(with_nan_feature),
+                     callbacks=[keras.callbacks.TerminateOnNaN()])
+    assert np.isnan(history["loss"][0])
+
+
+@pytest.mark.parametrize("mode", XLA_MODES)
+@pytest.mark.parametrize("loss", registered(keras.losses.Loss), ids=lambda l: type(l).__name__)
+def test_lists_of_equal_labels_train_nothing_with_every_loss(loss, mode):
+    """Loss 0 and no gradient: Adam leaves every trainable weight where it was (batch norm
+    statistics move, as they do without a gradient)."""
+    model, history = fit(loss, mode, data=dataset(with_equal_labels))
+    assert history["loss"] == [0.0]
+    keras.utils.set_random_seed(1)
+    untrained = models.DNNScorer(hidden_units=(8, 4))
+    untrained.build({"features": (None, None, NUM_FEATURES), "mask": (None, None)})
+    for trained, initial in zip(model.trainable_weights, untrained.trainable_weights):
+        np.testing.assert_array_equal(to_numpy(trained), to_numpy(initial))
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_list_weights_must_be_one_per_list_and_not_negative(mode):
+    """[B, L] weights are refused when traced; a negative weight eagerly, and traced (where
+    its value is unknown) it makes the loss and the metric NaN."""
+    with pytest.raises(ValueError, match=r"one weight per list, shape \[batch\] or \[batch, 1\]"):
+        fit(losses.ApproxNDCGLoss(), mode, [metrics.NDCG()],
+            dataset(with_list_weights(lambda *shape: np.ones(shape, np.float32)), (None, None)))
+    negative = with_list_weights(lambda batch, _: -np.ones(batch, np.float32))
+    if mode == "eager":
+        with pytest.raises(ValueError, match="sample_weight must be >= 0"):
+            fit(losses.ApproxNDCGLoss(), mode, [metrics.NDCG()], dataset(negative, (None,)))
+        return
+    _, history = fit(losses.ApproxNDCGLoss(), mode, [metrics.NDCG()], dataset(negative, (None,)))
+    assert np.isnan(history["loss"][0]) and np.isnan(history["ndcg"][0])
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)

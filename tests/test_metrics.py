@@ -80,6 +80,33 @@ def test_streaming_equals_one_big_batch_and_weights_are_per_list(rng):
                             result(metric, labels[:4], scores[:4]), rel_tol=1e-6)
 
 
+def test_sample_weights_are_checked_as_the_losses_check_them(rng):
+    """One weight ≥ 0 per list, `[B]` or `[B, 1]`: the same check and message for both."""
+    labels, scores = random_batch(rng, batch=2, list_size=3, pad_fraction=0.0)
+    labels[:, 0] = 1.0
+    for update in (metrics.NDCG().update_state, losses.ApproxNDCGLoss()):
+        with pytest.raises(ValueError, match=r"one weight per list, shape \[batch\] or "
+                                             r"\[batch, 1\] with batch = 2; got shape \(2, 3\)"):
+            update(labels, scores, sample_weight=np.ones((2, 3), np.float32))
+        with pytest.raises(ValueError, match=r"got shape \(3,\)"):
+            update(labels, scores, sample_weight=np.ones(3, np.float32))
+        with pytest.raises(ValueError, match=r"sample_weight must be >= 0; got \[-1.0\] at "
+                                             r"lists \[0\]"):
+            update(labels, scores, sample_weight=np.array([-1.0, 1.0], np.float32))
+
+
+def test_ragged_inputs_get_a_clear_error():
+    tf = pytest.importorskip("tensorflow")
+    ragged = tf.ragged.constant([[2.0, 0.0, 1.0], [1.0, 0.0]])
+    dense = np.zeros((2, 3), np.float32)
+    for update in (metrics.NDCG().update_state, losses.ApproxNDCGLoss()):
+        with pytest.raises(ValueError, match=r"y_true \(labels\) is a RaggedTensor of shape "
+                                             r"\(2, None\); pass a dense \[batch, list_size\]"):
+            update(ragged, ragged)
+        with pytest.raises(ValueError, match=r"y_pred \(scores\) is a RaggedTensor"):
+            update(dense, ragged)
+
+
 def test_lists_without_relevant_documents_are_excluded_or_zero():
     labels = np.array([[1.0, 0.0], [0.0, 0.0], [-1.0, -1.0]], np.float32)
     scores = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]], np.float32)

@@ -12,7 +12,8 @@ break ties at random, ours by list order). What each comparison normalises, and 
 
 - `ApproxNDCGLoss(alpha=a)` vs `ApproxNDCGLoss(temperature=1/a)`: TF-Ranking's unreduced loss
   is [B, 1], −ApproxNDCG times a weight that is 0 on lists without a positive label; ours is 0
-  there too, so every list is compared, as is.
+  there too, and on lists whose real labels are all equal (which TF-Ranking scores), so the
+  lists with two different labels are compared, as is.
 - `RankNetLoss` vs `PairwiseLogisticLoss`: TF-Ranking's unreduced loss is [B, L], the pair
   losses ln(1 + e^{−(s_i − s_j)}) summed over the lower document j; its sum over the list is
   our per-list value. (Its default reduction then divides the total by B·L.)
@@ -155,8 +156,11 @@ def assert_close(ours, theirs, what):
 def test_approx_ndcg_loss(batches, reference, alpha_index):
     loss = losses.ApproxNDCGLoss(alpha=ALPHAS[alpha_index], reduction=None)
     for i, labels, scores in each_batch(batches):
-        assert_close(per_list_loss(loss, labels, scores),
-                     reference[f"approx_ndcg_{i}_{alpha_index}"], f"batch {i}")
+        ordered = to_numpy(rank_ops.has_label_pairs(labels, labels >= 0))
+        ours = per_list_loss(loss, labels, scores)
+        assert_close(ours[ordered], reference[f"approx_ndcg_{i}_{alpha_index}"][ordered],
+                     f"batch {i}")
+        assert np.all(ours[~ordered] == 0), f"batch {i}"
 
 
 def test_ranknet_is_summed_pairwise_logistic_loss(batches, reference):

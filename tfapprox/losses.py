@@ -7,14 +7,19 @@ never influence a value or a gradient, and may hold anything, NaN included.
 
 Each loss first computes one value per list. A list for which the loss is undefined — no relevant
 document, or fewer than two comparable documents for a pairwise loss — contributes 0 and a zero
-gradient; so does a batch of no lists or of empty lists. A NaN label on a real document makes its
-list's loss NaN (it is not taken for padding). Labels of 128 and more (2^128 overflows float32) are
-fine: see `tfapprox.ops.gains`. Reductions:
+gradient; so does a list whose real documents all have the same label, for every loss: each order
+of it is ideal, so it has nothing to teach (the smooth losses — ApproxNDCG, ApproxAP, Approx P@k,
+SoftRank — would otherwise push its scores apart, and ListMLE toward an arbitrary order); and so
+does a batch of no lists or of empty lists. A NaN label or a NaN score on a real document makes
+its list's loss NaN (the label is not taken for padding), so `keras.callbacks.TerminateOnNaN`
+stops training. Labels of 128 and more (2^128 overflows float32) are fine: see
+`tfapprox.ops.gains`. Reductions:
 
 - `"sum_over_batch_size"` (default; `"mean"` is the same): the mean over the lists that *have* a
-  loss, weighted by `sample_weight` (one weight per list) when given. Lists without a loss do not
-  dilute the mean, unlike TF-Ranking's default. Under a tf.distribute strategy with N replicas each
-  replica's mean is divided by N, as Keras' own mean reductions do.
+  loss, weighted by `sample_weight` (one weight ≥ 0 per list, `tfapprox.ops.list_weights`) when
+  given. Lists without a loss do not dilute the mean, unlike TF-Ranking's default. Under a
+  tf.distribute strategy with N replicas each replica's mean is divided by N, as Keras' own mean
+  reductions do.
 - `"sum"`: the weighted sum over lists.
 - `None` or `"none"`: one value per list, `[B]`.
 
@@ -83,13 +88,15 @@ class RankingLoss(keras.losses.Loss):
         raise NotImplementedError
 
     def losses_and_flags(self, y_true, y_pred):
-        """Returns the loss of each list (0 where it has none, NaN where a label is NaN) and
-        whether it has one, `[B]`."""
+        """Returns the loss of each list (0 where it has none, NaN where a real document's label
+        or score is NaN) and whether it has one, `[B]`. A list whose real documents all share
+        one label has none, whatever `per_list` says: every order of it is ideal."""
         labels, mask, scores = rank_ops.standardize(y_true, y_pred)
         loss, has_loss = self.per_list(labels, mask, scores)
-        nan_label = rank_ops.nan_label_lists(labels)
-        loss = ops.where(nan_label, float("nan"), ops.where(has_loss, loss, 0.0))
-        return loss, ops.logical_or(has_loss, nan_label)
+        has_loss = ops.logical_and(has_loss, rank_ops.has_label_pairs(labels, mask))
+        nan_input = rank_ops.nan_input_lists(labels, mask, scores)
+        loss = ops.where(nan_input, float("nan"), ops.where(has_loss, loss, 0.0))
+        return loss, ops.logical_or(has_loss, nan_input)
 
     def call(self, y_true, y_pred):
         """Returns the loss of each list, `[B]`: 0 where the list has no loss."""
@@ -99,7 +106,7 @@ class RankingLoss(keras.losses.Loss):
         loss, has_loss = self.losses_and_flags(y_true, y_pred)
         weights = ops.cast(has_loss, rank_ops.COMPUTE_DTYPE)
         if sample_weight is not None:
-            weights = weights * _list_weights(sample_weight, loss)
+            weights = weights * rank_ops.list_weights(sample_weight, loss)
         if self.reduction in (None, "none"):
             result = loss if sample_weight is None else loss * weights
         elif self.reduction == "sum":
@@ -121,19 +128,6 @@ def _share_of_replica(mean):
     return mean if replicas == 1 else mean / replicas
 
 
-def _list_weights(sample_weight, per_list_loss):
-    weights = ops.cast(ops.convert_to_tensor(sample_weight), rank_ops.COMPUTE_DTYPE)
-    if len(weights.shape) == 2 and weights.shape[-1] == 1:
-        weights = ops.squeeze(weights, axis=-1)
-    if len(weights.shape) == 0:
-        return ops.broadcast_to(weights, ops.shape(per_list_loss))
-    if len(weights.shape) != 1:
-        raise ValueError(
-            "sample_weight must hold one weight per list, shape [batch] or [batch, 1]; got shape "
-            f"{tuple(weights.shape)}")
-    return weights
-
-
 @keras.saving.register_keras_serializable(package="tfapprox")
 class ApproxNDCGLoss(RankingLoss):
     """−ApproxNDCG (Qin et al. eq. 21): NDCG with the smooth positions of eq. 20.
@@ -143,7 +137,8 @@ class ApproxNDCGLoss(RankingLoss):
 
     With `topk`, the loss is −ApproxNDCG@k: each term is multiplied by the smooth truncation
     σ(β(k + ½ − π̂(x))) and N is the ideal DCG@k. Without `topk` it equals TF-Ranking's
-    `ApproxNDCGLoss(temperature=1/alpha)` on every list with a relevant document.
+    `ApproxNDCGLoss(temperature=1/alpha)` on every list with a relevant document and two
+    different labels (TF-Ranking also gives a list whose labels are all equal a loss).
 
     Args:
         alpha: slope α of the position sigmoid, = 1/temperature (Bruch et al. use 10; Qin et al.

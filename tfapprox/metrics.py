@@ -10,7 +10,8 @@ Each metric is the mean over lists of a measure from `tfapprox.measures`. Conven
   with no real document at all are always excluded.
 - A NaN score or a NaN label on a real document makes that list's value NaN, so the metric
   reports NaN instead of silently ranking the document somewhere (or taking it for padding).
-- `sample_weight` is one weight per list.
+- `sample_weight` is one weight per list (`[B]` or `[B, 1]`, ≥ 0), as for the losses
+  (`tfapprox.ops.list_weights`).
 
 The approximation monitors (`ApproxNDCGMetric`, `ApproxAPMetric`) report the smooth surrogate a
 loss optimises — the same measure fed the positions π̂ of Qin et al. eq. 20 — so training can show
@@ -64,8 +65,7 @@ class RankingMetric(keras.metrics.Metric):
         else:
             positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta)
         values = self.measure(labels, relevance, positions)
-        nan_input = ops.logical_or(ops.any(ops.logical_and(mask, ops.isnan(scores)), axis=-1),
-                                   rank_ops.nan_label_lists(labels))
+        nan_input = rank_ops.nan_input_lists(labels, mask, scores)
         values = ops.where(nan_input, float("nan"), values)
         counted = ops.any(mask, axis=-1)
         if self.empty_lists == "exclude":
@@ -76,8 +76,7 @@ class RankingMetric(keras.metrics.Metric):
         values, counted = self.per_list(y_true, y_pred)
         weights = ops.cast(counted, rank_ops.COMPUTE_DTYPE)
         if sample_weight is not None:
-            sample_weight = ops.cast(ops.reshape(sample_weight, (-1,)), rank_ops.COMPUTE_DTYPE)
-            weights = weights * sample_weight
+            weights = weights * rank_ops.list_weights(sample_weight, values)
         self.total.assign_add(ops.cast(
             ops.sum(ops.where(counted, values, 0.0) * weights), self.total.dtype))
         self.count.assign_add(ops.cast(ops.sum(weights), self.count.dtype))

@@ -6,7 +6,10 @@ backends (one documented TensorFlow fallback: `_one_step_at_a_time`). Tensors ar
 on padded slots. No function here lets a padded slot enter a sum.
 """
 
+import sys
+
 import keras
+import numpy as np
 from keras import ops
 
 COMPUTE_DTYPE = "float32"
@@ -22,7 +25,7 @@ def standardize(y_true, y_pred):
     `y_true` is a `[B, L]` tensor of graded labels (a label < 0 marks padding) or a dict
     `{"labels": [B, L], "mask": [B, L]}`; `y_pred` is `[B, L]` or `[B, L, 1]`. Padded slots get
     label 0 and score 0, so a NaN or huge value there cannot reach any value or gradient.
-    A NaN label is not a padding marker: it stays, on a real document, for `nan_label_lists` to
+    A NaN label is not a padding marker: it stays, on a real document, for `nan_input_lists` to
     find. Scores in float16/bfloat16 are computed in float32.
     """
     if isinstance(y_true, dict):
@@ -33,6 +36,9 @@ def standardize(y_true, y_pred):
         labels, mask = y_true["labels"], y_true.get("mask")
     else:
         labels, mask = y_true, None
+    for what, tensor in (("y_true (labels)", labels), ("y_true['mask']", mask),
+                         ("y_pred (scores)", y_pred)):
+        _check_dense(what, tensor)
     labels = ops.stop_gradient(ops.cast(ops.convert_to_tensor(labels), COMPUTE_DTYPE))
     scores = ops.cast(ops.convert_to_tensor(y_pred), COMPUTE_DTYPE)
     if len(scores.shape) == 3 and scores.shape[-1] == 1:
@@ -61,12 +67,62 @@ def standardize(y_true, y_pred):
     return labels, valid, scores
 
 
-def nan_label_lists(labels):
-    """Returns bool `[B]`: whether a real document of the list has a NaN label.
+def _check_dense(what, tensor):
+    """Raises ValueError for a ragged or sparse TensorFlow tensor: lists are dense `[B, L]`."""
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(tensor, (tf.RaggedTensor, tf.SparseTensor)):
+        raise ValueError(
+            f"{what} is a {type(tensor).__name__} of shape {_static_shape(tensor)}; pass a dense "
+            "[batch, list_size] tensor, padded with label -1 (e.g. "
+            "`labels.to_tensor(default_value=-1.0)`, scores with `.to_tensor()`)")
 
-    Such a list's loss and metric are NaN, so bad labels are seen instead of silently ranked.
+
+def list_weights(sample_weight, per_list):
+    """Returns `sample_weight` as one float32 weight per list, shaped like `per_list` `[B]`.
+
+    It may be a scalar, `[B]` or `[B, 1]`; another shape is a ValueError, and so is a negative
+    weight whose value is known when called (eagerly). While a graph or a jit function is
+    traced the values are not known: there a negative weight becomes NaN, so the loss or metric
+    it weighs reports NaN.
     """
-    return ops.any(ops.isnan(labels), axis=-1)
+    weights = ops.cast(ops.convert_to_tensor(sample_weight), COMPUTE_DTYPE)
+    if len(weights.shape) == 2 and weights.shape[-1] == 1:
+        weights = ops.squeeze(weights, axis=-1)
+    if len(weights.shape) > 1 or (len(weights.shape) == 1
+                                  and not _shapes_compatible(weights.shape, per_list.shape)):
+        raise ValueError(
+            "sample_weight must hold one weight per list, shape [batch] or [batch, 1] with "
+            f"batch = {per_list.shape[0]}; got shape {_static_shape(weights)}")
+    known = _known_values(weights)
+    if known is not None and np.any(known < 0):
+        raise ValueError(f"sample_weight must be >= 0; got {known[known < 0][:5].tolist()} "
+                         f"at lists {np.flatnonzero(known < 0)[:5].tolist()}")
+    return ops.broadcast_to(ops.where(weights < 0, float("nan"), weights), ops.shape(per_list))
+
+
+def _known_values(tensor):
+    """Returns the values of `tensor` as numpy when they are known now, or None while a graph
+    or a jit function is being traced."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tensor.numpy() if tf.executing_eagerly() else None
+    if backend == "jax":
+        import jax
+
+        return None if isinstance(tensor, jax.core.Tracer) else np.asarray(tensor)
+    return ops.convert_to_numpy(tensor)
+
+
+def nan_input_lists(labels, mask, scores):
+    """Returns bool `[B]`: whether a real document of the list has a NaN label or score.
+
+    Such a list's loss and metric are NaN, so bad inputs are seen (by
+    `keras.callbacks.TerminateOnNaN`, say) instead of silently ranked.
+    """
+    nan_score = ops.any(ops.logical_and(mask, ops.isnan(scores)), axis=-1)
+    return ops.logical_or(ops.any(ops.isnan(labels), axis=-1), nan_score)
 
 
 def _shapes_compatible(a, b):

@@ -2,12 +2,16 @@
 
     python benchmarks/long_lists.py [--backend tensorflow|jax] [--compile graph|xla|jit|eager]
                                     [--pairwise auto|blocked|dense] [--repeats 2]
+                                    [--list-sizes 60000 10000]
 
-Protocol. Four cases: each loss (defaults: alpha 10, beta 10) on one list of 60,000 documents
-and on a batch of 4 lists of 10,000; float32 labels 0..4 and N(0, 1) scores (seed 0), no padding.
+Protocol. Six cases: each loss (defaults: alpha 10, beta 10) on one list of 60,000 documents,
+on a batch of 4 lists of 10,000 and on one list of 10,000 (`--list-sizes` keeps the cases of the
+sizes named); float32 labels 0..4 and N(0, 1) scores (seed 0), no padding.
 A case is the gradient of the reduced loss with respect to the scores, forward and backward, as
 in a train step: in a `tf.function` (`--compile graph`, the default; `xla` adds jit_compile) on
-TensorFlow, under `jax.jit` (`jit`) on JAX, or op by op (`eager`). The pairwise sums are chosen
+TensorFlow, under `jax.jit` (`jit`) on JAX, or op by op (`eager`: under an eager
+`tf.GradientTape`, as in a custom training loop, `run_eagerly=True` or a notebook, or
+`jax.value_and_grad` without jit). The pairwise sums are chosen
 by `--pairwise` (default "auto": lists this long are summed in blocks of
 `tfapprox.ops.PAIR_BLOCK` columns; "dense" builds the [B, L, L] pairs, tens of GB here).
 
@@ -29,7 +33,7 @@ import sys
 import time
 
 CASES = [(loss, batch, size) for loss in ("ApproxNDCGLoss", "ApproxAPLoss")
-         for batch, size in ((1, 60_000), (4, 10_000))]
+         for batch, size in ((1, 60_000), (4, 10_000), (1, 10_000))]
 COMPILE_CHOICES = {"tensorflow": ("graph", "xla", "eager"), "jax": ("jit", "eager")}
 
 
@@ -119,6 +123,9 @@ def main():
     parser.add_argument("--pairwise", choices=("auto", "blocked", "dense"), default="auto")
     parser.add_argument("--repeats", type=int, default=2,
                         help="timed calls after the first (default 2; the fastest is reported)")
+    parser.add_argument("--list-sizes", type=int, nargs="+", metavar="SIZE",
+                        default=sorted({size for _, _, size in CASES}, reverse=True),
+                        help="run only the cases of these list sizes (default: all)")
     parser.add_argument("--case", nargs=3, metavar=("LOSS", "BATCH", "LIST_SIZE"),
                         help=argparse.SUPPRESS)  # one case, in this process (the subprocesses)
     args = parser.parse_args()
@@ -139,7 +146,7 @@ def main():
           f"{versions(args.backend)}; {compile_mode}, pairwise={args.pairwise}", flush=True)
     print("\n| loss | lists × documents | first call s | best of next s | finite | "
           "RSS before MiB | peak RSS MiB |\n|---|---|---:|---:|---|---:|---:|", flush=True)
-    for loss_name, batch, size in CASES:
+    for loss_name, batch, size in [case for case in CASES if case[2] in args.list_sizes]:
         command = [sys.executable, __file__, "--backend", args.backend, "--compile",
                    compile_mode, "--pairwise", args.pairwise, "--repeats", str(args.repeats),
                    "--case", loss_name, str(batch), str(size)]

@@ -1,12 +1,14 @@
 """The ranking math in tfapprox.ops: ranks, gains, discounts, ideal DCG, stability."""
 
+import gc
 import math
+import weakref
 
 import numpy as np
 import pytest
 from keras import ops
 
-from conftest import COMPILE_MODES, loss_and_grad, to_numpy
+from conftest import COMPILE_MODES, backend, loss_and_grad, to_numpy
 from tfapprox import ops as rank_ops
 
 
@@ -154,6 +156,36 @@ def test_pair_sums_in_blocks_equal_dense_values_and_gradients(name, mode, rng, m
                             mode)
     for ours, expected in zip(blocked, dense):
         np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, pair_function", [("approx_ranks", "sigmoid"),
+                                                  ("logistic_pair_sums", "softplus")])
+def test_an_eager_tape_keeps_no_block_of_pairs_alive(name, pair_function, rng, monkeypatch):
+    """Under an eager tf.GradientTape the blocked forward pass must not be recorded: the tape
+    would keep every block's [B, L, PAIR_BLOCK] intermediates alive, O(B·L²) in all, though the
+    custom gradient recomputes them. Each block's pairs (σ or softplus of the differences) must
+    be freed as soon as the block is summed, and the gradient stay the dense one."""
+    if backend() != "tensorflow":
+        pytest.skip("only TensorFlow records eager operations on a tape")
+    import tensorflow as tf
+
+    monkeypatch.setattr(rank_ops, "PAIR_BLOCK", 4)
+    blocks, pairs_of = [], getattr(ops, pair_function)
+    monkeypatch.setattr(ops, pair_function, lambda x: blocks.append(pairs_of(x)) or blocks[-1])
+    labels = rng.integers(0, 4, size=(3, 11)).astype(np.float32)
+    mask = rng.random((3, 11)) > 0.3
+    weights = rng.random((3, 11)).astype(np.float32) * mask
+    scores = tf.constant(rng.normal(size=(3, 11)).astype(np.float32))
+    with tf.GradientTape() as tape:
+        tape.watch(scores)
+        value = tf.reduce_sum(PAIR_SUMS[name](mask, labels, weights, "blocked")(None, scores))
+        freed = [weakref.ref(block) for block in blocks]
+        blocks.clear()
+        gc.collect()
+        assert len(freed) == 3 and all(block() is None for block in freed)
+    dense = loss_and_grad(PAIR_SUMS[name](mask, labels, weights, "dense"), None, scores.numpy())
+    np.testing.assert_allclose(tape.gradient(value, scores).numpy(), dense[1], rtol=1e-5,
+                               atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)

@@ -220,7 +220,11 @@ def _pair_sums(row_sums, row_sum_gradients, dense_sums, values, constants, fills
         return sums(values, *constants)
 
     def blocked_sums(*rows):
-        total = _sum_over_column_blocks(lambda columns: row_sums(*rows, *columns), rows, fills)
+        # From rows cut off from every tape: an eager tf.GradientTape would otherwise record the
+        # blocks and keep each one's pairs while it lives (O(B·L²) in all), though the gradient
+        # recomputes them. JAX has no tape; graphs free them anyway.
+        fixed = [ops.stop_gradient(row) for row in rows]
+        total = _sum_over_column_blocks(lambda columns: row_sums(*fixed, *columns), fixed, fills)
 
         def gradient(upstream):
             # ties upstream's `None` dimensions to the rows': XLA cannot slice it otherwise when

@@ -152,6 +152,57 @@ def test_bad_arguments_are_named(kwargs, message):
         adarank.fit_adarank(*padded(random_queries(np.random.default_rng(0), 2, 2)), **kwargs)
 
 
+# ---- lists of different lengths --------------------------------------------------------------------
+
+def mixed_length_queries(rng, num_features=4):
+    """Queries of 2..7 documents and two of 40 and 90, in random order, from the shortest on."""
+    queries = random_queries(rng, 12, num_features) + [
+        (list(rng.integers(0, 3, size)) + [2], rng.normal(size=(size + 1, num_features)).tolist())
+        for size in (39, 89)]
+    return [queries[i] for i in rng.permutation(len(queries))]
+
+
+def test_lists_are_measured_in_length_buckets_not_padded_to_the_longest(monkeypatch):
+    """Each metric call sees lists padded to less than twice their own length."""
+    features, labels, mask = padded(mixed_length_queries(np.random.default_rng(2)))
+    seen = []
+    per_list = adarank.metrics.RankingMetric.per_list
+
+    def recording(metric, y_true, y_pred):
+        lengths = y_true["mask"].shape[1] - np.argmax(y_true["mask"][:, ::-1], axis=1)
+        seen.append((y_true["mask"].shape[1], lengths.min()))
+        return per_list(metric, y_true, y_pred)
+
+    monkeypatch.setattr(adarank.metrics.RankingMetric, "per_list", recording)
+    adarank.fit_adarank(features, labels, mask, measure="ndcg", rounds=3,
+                        validation=(features, labels, mask))
+    assert seen and all(width < 2 * shortest for width, shortest in seen), seen
+
+
+@pytest.mark.parametrize("measure", ["map", "ndcg"])
+def test_bucketed_fit_equals_the_padded_fit(measure, monkeypatch):
+    """Measured in buckets, from padded arrays or from `length_buckets`, AdaRank takes the
+    rounds it takes with every list padded to the longest (one bucket): the same features, and
+    values equal up to float32 rounding (a list's measure may differ in its last bit with the
+    width it is padded to, as it did before between splits of different longest lists)."""
+    queries = sorted(mixed_length_queries(np.random.default_rng(4)), key=lambda q: len(q[0]))
+    train, vali = padded(queries[::2]), padded(queries[1::2])
+    buckets = adarank.length_buckets(*train)
+    assert [b.shape[1] for b in buckets[1]] == sorted({b.shape[1] for b in buckets[1]})
+    assert sum(len(b) for b in buckets[1]) == len(train[1])
+    fits = [adarank.fit_adarank(*data, measure=measure, rounds=6, validation=vali)
+            for data in (train, buckets)]
+    monkeypatch.setattr(adarank, "_bucket_keys", lambda mask: np.zeros(len(mask), int))
+    padded_fit = adarank.fit_adarank(*train, measure=measure, rounds=6, validation=vali)
+    for fit in fits:
+        assert fit.best_round == padded_fit.best_round
+        assert [h.keys() for h in fit.history] == [h.keys() for h in padded_fit.history]
+        for ours, expected in zip(fit.history, padded_fit.history):
+            assert ours["feature"] == expected["feature"]
+            np.testing.assert_allclose(list(ours.values()), list(expected.values()), rtol=1e-6)
+        np.testing.assert_allclose(fit.weights, padded_fit.weights, rtol=1e-6)
+
+
 # ---- Xu & Li Theorem 1 ----------------------------------------------------------------------------
 
 @st.composite

@@ -15,8 +15,10 @@ experiments:
 E is AP (AdaRank.MAP), NDCG (AdaRank.NDCG) or another exact `tfapprox.metrics` measure, always
 computed by that metric's `per_list`, so ties keep list order as in every tfapprox metric. A weak
 ranker's ranking does not change between rounds: E of every feature on every query is computed
-once, `[F, m]`, and each round then costs one ranking by f_t. The result is linear in the
-features, f(x) = Σ_k w_k x_k: a Dense(1) scorer serves it.
+once, `[F, m]`, and each round then costs one ranking by f_t. Lists of different lengths are
+measured in length buckets, each padded only to its own longest list (`per_query`; the trainer
+also holds them so, `length_buckets`), so one long list pads no other. The result is linear in
+the features, f(x) = Σ_k w_k x_k: a Dense(1) scorer serves it.
 
 Where Fig. 1 leaves things open this module decides as follows. A round whose f_t measures
 exactly as f_{t−1} on every query leaves P_{t+1} = P_t, so h_t would be chosen again in every
@@ -64,19 +66,28 @@ def measure_metric(name: str) -> metrics.RankingMetric:
 
 
 def per_query(metric: metrics.RankingMetric, scores, labels, mask) -> tuple[np.ndarray, np.ndarray]:
-    """Returns `(E [N] float64, defined [N] bool)`: `metric` on each list ranked by `scores` [N, L].
+    """Returns `(E [N] float64, defined [N] bool)`: `metric` on each list ranked by `scores`.
 
-    Lists are measured in blocks of at most `_PAIRS_PER_CALL` document pairs.
+    `scores` [N, L], `labels` and `mask` are padded lists, or lists of such arrays (groups of
+    lists of different widths, as `length_buckets` gives); the values follow the lists in that
+    order. Each group is measured in length buckets (`_length_buckets`), each bucket cut to its
+    own longest list, in blocks of at most `_PAIRS_PER_CALL` document pairs.
     """
-    num_lists, list_size = np.shape(scores)
-    block = max(1, _PAIRS_PER_CALL // max(list_size * list_size, 1))
     values, defined = [], []
-    for start in range(0, num_lists, block):
-        part = slice(start, start + block)
-        value, counted = metric.per_list({"labels": labels[part], "mask": mask[part]}, scores[part])
-        values.append(ops.convert_to_numpy(value))
-        defined.append(ops.convert_to_numpy(counted))
-    return np.concatenate(values).astype(np.float64), np.concatenate(defined).astype(bool)
+    for group_scores, group_labels, group_mask in _groups(scores, labels, mask):
+        value = np.zeros(len(group_mask), np.float64)
+        counted = np.zeros(len(group_mask), bool)
+        for rows, width in _length_buckets(group_mask):
+            block = max(1, _PAIRS_PER_CALL // max(width * width, 1))
+            for part in np.array_split(rows, -(-len(rows) // block)):
+                measured, counts = metric.per_list(
+                    {"labels": group_labels[part, :width], "mask": group_mask[part, :width]},
+                    group_scores[part, :width])
+                value[part] = ops.convert_to_numpy(measured)
+                counted[part] = ops.convert_to_numpy(counts)
+        values.append(value)
+        defined.append(counted)
+    return np.concatenate(values), np.concatenate(defined)
 
 
 def mean_measure(metric: metrics.RankingMetric, weights: np.ndarray, features, labels, mask) -> float:
@@ -85,18 +96,85 @@ def mean_measure(metric: metrics.RankingMetric, weights: np.ndarray, features, l
     return float(values[defined].mean()) if defined.any() else 0.0
 
 
-def linear_scores(features, weights: np.ndarray) -> np.ndarray:
-    """Returns f(x) = Σ_k w_k x_k for features [N, L, F]: float32 [N, L], as a Dense(1) computes."""
+def linear_scores(features, weights: np.ndarray):
+    """Returns f(x) = Σ_k w_k x_k for features [N, L, F]: float32 [N, L], as a Dense(1) computes
+    (for a list of such arrays, a list of the scores of each)."""
+    if isinstance(features, list):
+        return [linear_scores(group, weights) for group in features]
     return np.asarray(features, np.float32) @ np.asarray(weights, np.float32)
 
 
 def weak_ranker_measures(metric: metrics.RankingMetric, features, labels, mask) -> np.ndarray:
-    """Returns E(π(q_i, d_i, h_k), y_i) of every feature k on every query i: float64 [F, Q]."""
-    num_queries, list_size, num_features = np.shape(features)
-    scores = np.moveaxis(np.asarray(features, np.float32), 2, 0).reshape(-1, list_size)
-    values, _ = per_query(metric, scores, np.tile(labels, (num_features, 1)),
-                          np.tile(mask, (num_features, 1)))
-    return values.reshape(num_features, num_queries)
+    """Returns E(π(q_i, d_i, h_k), y_i) of every feature k on every query i: float64 [F, Q], with
+    the queries in the order `per_query` gives."""
+    measured = []
+    for group_features, group_labels, group_mask in _groups(features, labels, mask):
+        values = np.zeros((group_features.shape[-1], len(group_mask)))
+        for rows, width in _length_buckets(group_mask):
+            bucket = np.moveaxis(group_features[rows, :width], 2, 0)  # [F, Qb, W]
+            repeats = (len(bucket), 1)
+            bucket_values, _ = per_query(
+                metric, bucket.reshape(-1, width), np.tile(group_labels[rows, :width], repeats),
+                np.tile(group_mask[rows, :width], repeats))
+            values[:, rows] = bucket_values.reshape(len(bucket), len(rows))
+        measured.append(values)
+    return np.concatenate(measured, axis=1)
+
+
+def length_buckets(features, labels, mask) -> tuple[list, list, list]:
+    """Returns the lists of `features` [Q, L, F], `labels` [Q, L] and `mask` [Q, L] (or lists of
+    such arrays) regrouped in length buckets (`_length_buckets`): one array per bucket, from the
+    shortest lists to the longest, each padded to its own longest list (label −1, mask False).
+    Within a bucket the lists keep their order."""
+    groups = _groups(features, labels, mask)
+    keys = [_bucket_keys(group_mask) for _, _, group_mask in groups]
+    buckets = ([], [], [])
+    for key in np.unique(np.concatenate(keys)):
+        members = [(group, np.flatnonzero(group_keys == key))
+                   for group, group_keys in zip(groups, keys)]
+        width = max(int(_list_lengths(group[2][rows]).max(initial=0)) for group, rows in members)
+        for index, (padding, bucket) in enumerate(zip((0.0, -1.0, False), buckets)):
+            bucket.append(np.concatenate([_padded_to(group[index][rows, :width], width, padding)
+                                          for group, rows in members if len(rows)]))
+    return buckets
+
+
+def _padded_to(lists: np.ndarray, width: int, value) -> np.ndarray:
+    """Returns `lists` [N, L, ...] with L ≤ `width` padded with `value` to [N, width, ...]."""
+    widths = [(0, 0), (0, width - lists.shape[1])] + [(0, 0)] * (lists.ndim - 2)
+    return np.pad(lists, widths, constant_values=value)
+
+
+def _groups(*arrays) -> list[tuple[np.ndarray, ...]]:
+    """Returns `[(a, ..., mask)]` for padded arrays (float32, the last one a bool mask): one
+    tuple, or one per group when they are Python lists of arrays (groups of lists, each group
+    of one width)."""
+    if not isinstance(arrays[0], list):
+        arrays = tuple([array] for array in arrays)
+    if len({len(groups) for groups in arrays}) != 1:
+        raise ValueError(f"expected as many arrays of each input, got {[len(a) for a in arrays]}")
+    return [tuple(np.asarray(a, bool if i == len(group) - 1 else np.float32)
+                  for i, a in enumerate(group)) for group in zip(*arrays)]
+
+
+def _list_lengths(mask: np.ndarray) -> np.ndarray:
+    """Returns each list's length: 1 + the index of its last real slot (0 without any)."""
+    last = mask.shape[1] - np.argmax(mask[:, ::-1], axis=1)
+    return np.where(mask.any(axis=1), last, 0)
+
+
+def _bucket_keys(mask: np.ndarray) -> np.ndarray:
+    """Returns each list's length bucket ⌈log2 n⌉ (n its length, at least 1): a list is padded to
+    less than twice its length in its bucket."""
+    return np.ceil(np.log2(np.maximum(_list_lengths(mask), 1))).astype(int)
+
+
+def _length_buckets(mask: np.ndarray) -> list[tuple[np.ndarray, int]]:
+    """Returns `(rows, width)` of each length bucket of the lists [N, L]: the lists in it and
+    its longest list's length."""
+    keys, lengths = _bucket_keys(mask), _list_lengths(mask)
+    return [(np.flatnonzero(keys == key), int(lengths[keys == key].max()))
+            for key in np.unique(keys)]
 
 
 def fit_adarank(features, labels, mask, measure: str = "ndcg", rounds: int = 100,
@@ -104,9 +182,10 @@ def fit_adarank(features, labels, mask, measure: str = "ndcg", rounds: int = 100
     """Runs up to `rounds` rounds of AdaRank on padded lists; returns the kept round's weights.
 
     Args:
-        features: float [Q, L, F] documents' features (padded slots are ignored).
-        labels: float [Q, L] graded relevance.
-        mask: bool [Q, L], True on real documents.
+        features: float [Q, L, F] documents' features (padded slots are ignored), or a list of
+            such arrays, groups of lists each padded to its own width (`length_buckets`).
+        labels: float [Q, L] graded relevance (or a list, as `features`).
+        mask: bool [Q, L], True on real documents (or a list, as `features`).
         measure: E, the name of an exact tfapprox metric: `map` (AdaRank.MAP), `ndcg`
             (AdaRank.NDCG, whole list), `ndcg@k`, `p@k` or `mrr`.
         rounds: T ≥ 1.
@@ -125,7 +204,7 @@ def fit_adarank(features, labels, mask, measure: str = "ndcg", rounds: int = 100
     select_metric = measure_metric(select)
     features, labels, mask = _queries_with_measure(metric, features, labels, mask)
     weak = weak_ranker_measures(metric, features, labels, mask)
-    query_weights = np.full(len(labels), 1.0 / len(labels))
+    query_weights = np.full(weak.shape[1], 1.0 / weak.shape[1])
     weights, ensemble = np.zeros(weak.shape[0]), None
     stalled = np.zeros(weak.shape[0], bool)
     path, history = [], []
@@ -162,12 +241,13 @@ def _alpha(phi: float) -> float:
 
 
 def _queries_with_measure(metric, features, labels, mask):
-    """Returns the queries on which `metric` is defined (with a relevant document); raises
-    ValueError if there is none."""
-    labels = np.asarray(labels, np.float32)
-    mask = np.asarray(mask, bool)
-    _, defined = per_query(metric, np.zeros(labels.shape, np.float32), labels, mask)
+    """Returns the queries on which `metric` is defined (with a relevant document), as lists of
+    groups (`_groups`); raises ValueError if there is none."""
+    groups = _groups(features, labels, mask)
+    _, defined = per_query(metric, [np.zeros(group[1].shape, np.float32) for group in groups],
+                           *[[group[i] for group in groups] for i in (1, 2)])
     if not defined.any():
-        raise ValueError(f"none of the {len(labels)} training queries has a relevant document: "
+        raise ValueError(f"none of the {len(defined)} training queries has a relevant document: "
                          f"{metric.name} is undefined on all of them")
-    return np.asarray(features, np.float32)[defined], labels[defined], mask[defined]
+    kept = np.split(defined, np.cumsum([len(group[2]) for group in groups])[:-1])
+    return tuple([group[i][keep] for group, keep in zip(groups, kept)] for i in range(3))

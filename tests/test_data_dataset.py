@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfapprox.data import converter, dataset, letor, records, synthetic
+from tfapprox.data import converter, dataset, letor, records, shards, synthetic
 from tfapprox.data.__main__ import main as cli
-from tfapprox.data.converter import RecordError
+from tfapprox.data.shards import RecordError
 
 from test_data_letor import lightgbm_copy
 
@@ -76,7 +76,7 @@ def test_spec_counts_what_was_read_and_written(small):
     assert sum(s["num_docs"] for s in spec["shards"]) == spec["num_docs"]
     for shard in spec["shards"]:
         assert (small["records"] / shard["file"]).stat().st_size == shard["bytes"]
-    assert converter.check_records(dataset.describe(small["records"]).files) == {
+    assert dataset.check_records(dataset.describe(small["records"]).files) == {
         "num_lists": 60, "num_docs": spec["num_docs"], "num_features": 6}
 
 
@@ -84,7 +84,7 @@ def test_cli_convert_check_and_overwrite(tmp_path, small, capsys):
     train = str(small["paths"]["train"])
     assert cli(["convert", train, "--output", str(tmp_path / "out"), "--shards", "2", "--num-features", "8"]) == 0
     assert "60 lists" in capsys.readouterr().out
-    assert converter.read_spec(tmp_path / "out")["num_features"] == 8
+    assert shards.read_spec(tmp_path / "out")["num_features"] == 8
     assert cli(["convert", train, "--output", str(tmp_path / "out")]) == 2
     assert "already holds part-00000-of-00002.tfrecord" in capsys.readouterr().err
     assert cli(["convert", train, "--output", str(tmp_path / "out"), "--overwrite"]) == 0
@@ -109,7 +109,7 @@ def test_failed_overwrite_keeps_the_previous_set(tmp_path, small, capsys):
     # A successful overwrite replaces the whole set (2 shards -> 1) and leaves nothing beside it.
     assert cli(["convert", str(small["paths"]["vali"]), "--output", str(out), "--overwrite"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["part-00000-of-00001.tfrecord", "spec.json"]
-    assert converter.read_spec(out)["num_lists"] == 20
+    assert shards.read_spec(out)["num_lists"] == 20
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "out"]
 
 
@@ -131,7 +131,7 @@ def test_cli_label_limit_and_non_integer_labels(tmp_path, capsys):
     for limit in ("100", "none"):
         assert cli(["convert", str(text), "--output", str(tmp_path / limit), "--max-label", limit]) == 0
         assert "labels 0..100 (integers)" in capsys.readouterr().out
-        assert converter.read_spec(tmp_path / limit)["label_max"] == 100
+        assert shards.read_spec(tmp_path / limit)["label_max"] == 100
     text.write_text("0.5 qid:1 1:1\n2 qid:1 1:2\n")
     assert cli(["convert", str(text), "--output", str(tmp_path / "b")]) == 0
     assert "labels 0.5..2 (not all integers)" in capsys.readouterr().out
@@ -143,7 +143,7 @@ def test_cli_converts_a_fold_tree(tmp_path, capsys):
     assert cli(["convert", str(tmp_path / "text"), "--output", str(tmp_path / "out")]) == 0
     for fold in ("Fold1", "Fold2"):
         for split, n in (("train", 5), ("vali", 2), ("test", 2)):
-            assert converter.read_spec(tmp_path / "out" / fold / split)["num_lists"] == n
+            assert shards.read_spec(tmp_path / "out" / fold / split)["num_lists"] == n
     assert cli(["synthetic", str(tmp_path / "gen"), "--queries", "10", "--docs", "4", "--features", "3"]) == 0
     assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == ["test.txt", "train.txt", "vali.txt"]
 
@@ -265,7 +265,7 @@ def test_lightgbm_layout_converts_and_reads_like_letor(tmp_path, small, capsys):
     assert_lists_equal(lists_of(dataset.ranking_dataset(copy, 8, shuffle=False)), small["queries"])
     assert cli(["convert", str(copy), "--output", str(tmp_path / "auto"), "--shards", "2"]) == 0
     assert "60 lists" in capsys.readouterr().out
-    spec = converter.read_spec(tmp_path / "auto")
+    spec = shards.read_spec(tmp_path / "auto")
     assert spec["group_files"] == [str(copy) + ".query"]
     got = lists_of(dataset.ranking_dataset(tmp_path / "auto", 8, seed=0))
     assert sorted(signature(*x) for x in got) == sorted(signature(*x) for x in want)
@@ -309,7 +309,7 @@ def test_truncated_shard_is_named(tmp_path, small):
                                           r"\(truncated record at \d+"):
         dataset.ranking_dataset(bad, 4)
     with pytest.raises(RecordError, match=r"part-00001-of-00003\.tfrecord: corrupt or truncated"):
-        converter.check_records(sorted(bad.glob("*.tfrecord")))
+        dataset.check_records(sorted(bad.glob("*.tfrecord")))
 
 
 def test_corrupt_shard_is_named(tmp_path, small):
@@ -340,7 +340,7 @@ def test_shards_disagreeing_on_feature_count_are_named(tmp_path, small):
                                           r"but .*part-00000-of-00003\.tfrecord has 6"):
         dataset.ranking_dataset(str(mixed / "*.tfrecord"), 4)
     with pytest.raises(RecordError, match=r"part-00009-of-00009\.tfrecord: documents have 5 features, but 6"):
-        converter.check_records(sorted(mixed.glob("*.tfrecord")))
+        dataset.check_records(sorted(mixed.glob("*.tfrecord")))
 
 
 def test_a_shard_the_spec_does_not_list_is_refused(tmp_path, small, capsys):
@@ -352,7 +352,7 @@ def test_a_shard_the_spec_does_not_list_is_refused(tmp_path, small, capsys):
         with pytest.raises(RecordError, match=message):
             dataset.ranking_dataset(pattern, 4)
     with pytest.raises(RecordError, match=message):
-        converter.check_records(sorted(out.glob("*.tfrecord")))
+        dataset.check_records(sorted(out.glob("*.tfrecord")))
     assert cli(["check", str(out)]) == 2
     assert re.search(message, capsys.readouterr().err)
     stray.unlink()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tfapprox.data import letor, synthetic
+from tfapprox.data.folds import find_folds, find_split_files
 from tfapprox.data.letor import LetorFormatError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -396,10 +397,10 @@ def test_fold_layouts(tmp_path, names):
         (tmp_path / f"Fold{fold}").mkdir()
         for name in names:
             write(tmp_path / f"Fold{fold}" / name, "0 qid:1 1:1\n")
-    folds = letor.find_folds(tmp_path)
+    folds = find_folds(tmp_path)
     assert list(folds) == ["Fold1", "Fold2", "Fold10"]
     assert {split: path.name for split, path in folds["Fold1"].items()} == dict(zip(("train", "vali", "test"), names))
-    assert letor.find_split_files(tmp_path / "Fold2")["vali"].name == names[1]
+    assert find_split_files(tmp_path / "Fold2")["vali"].name == names[1]
 
 
 def test_split_names_match_in_any_case(tmp_path):
@@ -409,21 +410,21 @@ def test_split_names_match_in_any_case(tmp_path):
         (tmp_path / fold).mkdir()
         for name in names:
             write(tmp_path / fold / name, "0 qid:1 1:1\n", "gz" if name.endswith("GZ") else "w")
-    folds = letor.find_folds(tmp_path)
+    folds = find_folds(tmp_path)
     assert list(folds) == ["Fold3", "FOLD4"]
     assert {split: path.name for split, path in folds["Fold3"].items()} == dict(zip(("train", "vali", "test"), names))
     write(tmp_path / "Fold3" / "TrainingSet.txt", "0 qid:1 1:1\n")
     with pytest.raises(ValueError, match=r"Fold3: TrainingSet\.txt and trainingset\.TXT differ only in case"):
-        letor.find_split_files(tmp_path / "Fold3")
+        find_split_files(tmp_path / "Fold3")
 
 
 def test_fold_layout_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no Fold<N>/ directories"):
-        letor.find_folds(tmp_path)
+        find_folds(tmp_path)
     (tmp_path / "Fold1").mkdir()
     write(tmp_path / "Fold1" / "train.txt", "0 qid:1 1:1\n")
     with pytest.raises(FileNotFoundError, match=r"Fold1: no test/vali file"):
-        letor.find_folds(tmp_path)
+        find_folds(tmp_path)
 
 
 @pytest.mark.data
@@ -431,7 +432,7 @@ def test_fold_layout_errors(tmp_path):
 @pytest.mark.parametrize("name,num_features,num_queries,num_docs",
                          [("MQ2008", 46, 784, 15211), ("OHSUMED", 45, 106, 16140)])
 def test_real_data_read_exactly(letor_folds, name, num_features, num_queries, num_docs):
-    fold = letor.find_folds(letor_folds / name)["Fold1"]
+    fold = find_folds(letor_folds / name)["Fold1"]
     paths = [fold["train"], fold["vali"], fold["test"]]  # Fold1's three splits hold all five parts
     queries = list(letor.read_queries(paths))
     assert len(queries) == num_queries

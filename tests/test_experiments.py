@@ -3,7 +3,6 @@ user's own (fold trees, S1..S5 parts, LightGBM files) run end to end on tiny gen
 (slow) its smoke version on the shared data, which trains one fold of every study, LightGBM
 included, and writes the report with every table and plot."""
 
-import ast
 import json
 import re
 import subprocess
@@ -155,20 +154,6 @@ def test_own_lightgbm_format_set_runs_and_has_its_own_report(tmp_path, capsys):
     assert "Qin et al." not in text and "Bruch" not in text and "| not run" in text  # weighted
     assert sorted(p.name for p in (data / "Fold1").iterdir()) == sorted(
         f"{split}.txt{suffix}" for split in ("train", "vali", "test") for suffix in ("", ".query"))
-
-
-def test_benchmark_modules_import_one_way():
-    """Each pair of benchmarks.experiment* modules imports in one direction only."""
-    imports = {}
-    for path in (REPO / "benchmarks").glob("experiment*.py"):
-        tree = ast.parse(path.read_text())
-        imports[path.stem] = {node.module.split(".")[-1] if node.module != "benchmarks"
-                              else alias.name
-                              for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                              and (node.module or "").startswith("benchmarks")
-                              for alias in node.names}
-    cycles = [(a, b) for a in imports for b in imports[a] if a in imports.get(b, ())]
-    assert cycles == []
 
 
 @pytest.mark.data

@@ -4,12 +4,18 @@ Text -> records -> dataset: :func:`read_queries` streams LETOR text query by que
 writes sharded TFRecords plus ``spec.json`` (also ``python -m tfapprox.data convert``),
 :func:`ranking_dataset` yields padded batches ``({"features", "mask"}, labels)`` from those records or
 straight from text, and :func:`parse_elwc` is the graph-only parser shared with serving.
+
+Modules import one way: ``letor`` (text) -> ``records`` (protos) -> ``shards`` (a converted set on
+disk: ``spec.json``, shard names, file checks) -> ``converter`` (writes) / ``dataset`` (reads);
+``folds`` finds the split files of a fold layout.
 """
 
-from tfapprox.data.converter import RecordError, check_records, convert, convert_tree, read_spec
-from tfapprox.data.dataset import DatasetInfo, describe, ranking_dataset
-from tfapprox.data.letor import LetorFormatError, Query, find_folds, find_split_files, read_queries
+from tfapprox.data.converter import convert, convert_tree
+from tfapprox.data.dataset import DatasetInfo, check_records, describe, ranking_dataset
+from tfapprox.data.folds import find_folds, find_split_files
+from tfapprox.data.letor import LetorFormatError, Query, read_queries
 from tfapprox.data.records import encode_elwc, encode_examples, parse_elwc, parse_examples
+from tfapprox.data.shards import RecordError, read_spec
 from tfapprox.data.synthetic import write_letor, write_splits
 
 __all__ = [

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from tfapprox.data import converter, dataset, letor, synthetic
+from tfapprox.data import converter, dataset, letor, shards, synthetic
 
 
 def _convert(args) -> int:
@@ -66,7 +66,7 @@ def _max_label(text: str) -> float | None:
 
 def _check(args) -> int:
     files = dataset.describe(args.patterns).files
-    totals = converter.check_records(files, args.num_features)
+    totals = dataset.check_records(files, args.num_features)
     print(json.dumps({"files": len(files), **totals}))
     return 0
 
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (letor.LetorFormatError, converter.RecordError, OSError, ValueError) as err:
+    except (letor.LetorFormatError, shards.RecordError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -1,10 +1,9 @@
-"""LETOR text -> sharded TFRecord lists plus a JSON spec, and checks of written records."""
+"""LETOR text -> sharded TFRecord lists plus a JSON spec (the layout of :mod:`tfapprox.data.shards`)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import warnings
 from pathlib import Path
@@ -13,20 +12,8 @@ from typing import Iterable
 import numpy as np
 import tensorflow as tf
 
-from tfapprox.data import letor, records
+from tfapprox.data import folds, letor, records, shards
 from tfapprox.files import create_file, new_directory, refuse_symlink
-
-SPEC_NAME = "spec.json"
-SHARD_SUFFIX = ".tfrecord"
-SPEC_VERSION = 1
-
-
-class RecordError(ValueError):
-    """A TFRecord file that is corrupt, truncated, or disagrees with its siblings; names the file."""
-
-
-def shard_name(index: int, num_shards: int) -> str:
-    return f"part-{index:05d}-of-{num_shards:05d}{SHARD_SUFFIX}"
 
 
 class _LabelStats:
@@ -138,7 +125,7 @@ def _previous_output(output_dir: Path) -> list[Path]:
 def _is_converter_output(path: Path) -> bool:
     name = path.name.removesuffix(".tmp")  # ".tmp": left by an interrupted older version
     regular = path.is_file() and not path.is_symlink()
-    return regular and (name == SPEC_NAME or name.endswith(SHARD_SUFFIX))
+    return regular and (name == shards.SPEC_NAME or name.endswith(shards.SHARD_SUFFIX))
 
 
 def _swap_in(staging: Path, output_dir: Path, previous: list[Path]) -> None:
@@ -175,7 +162,7 @@ def _convert_into(sources, output_dir, num_shards, num_features, record_format, 
     paths = [s.path for s in sources]
     read_options = {"query_files": [s.group_file for s in sources]}
     workers = letor.default_workers(paths) if workers is None else workers
-    names = [shard_name(i, num_shards) for i in range(num_shards)]
+    names = [shards.shard_name(i, num_shards) for i in range(num_shards)]
     written = None
     # One pass, for queries in contiguous lines (the norm) and F known or settled by the first lines.
     width = num_features or letor.peek_num_features(paths, **read_options)
@@ -208,7 +195,7 @@ def _convert_into(sources, output_dir, num_shards, num_features, record_format, 
                 f"counted {len(plan.docs_per_query)} queries / {plan.num_docs} document lines in {paths}"
             )
     spec = {
-        "spec_version": SPEC_VERSION,
+        "spec_version": shards.SPEC_VERSION,
         "format": record_format,
         "example_layout": "vector",
         "feature_key": records.FEATURES_KEY,
@@ -222,7 +209,7 @@ def _convert_into(sources, output_dir, num_shards, num_features, record_format, 
             for shard in written["shards"]
         ],
     }
-    with os.fdopen(create_file(output_dir / SPEC_NAME), "w") as handle:
+    with os.fdopen(create_file(output_dir / shards.SPEC_NAME), "w") as handle:
         handle.write(json.dumps(spec, indent=2) + "\n")
     return spec
 
@@ -270,156 +257,14 @@ def convert_tree(input_dir, output_dir, **kwargs) -> dict[str, dict]:
     directory there that is a symbolic link is refused before anything is written.
     """
     input_dir, output_dir = Path(input_dir), Path(output_dir)
-    splits = letor.find_split_files(input_dir)
+    splits = folds.find_split_files(input_dir)
     jobs = {}
     if splits:
         jobs = {split: path for split, path in splits.items()}
     else:
-        for fold, fold_splits in letor.find_folds(input_dir).items():
+        for fold, fold_splits in folds.find_folds(input_dir).items():
             refuse_symlink(output_dir / fold, "convert")
             for split, path in fold_splits.items():
                 jobs[f"{fold}/{split}"] = path
     refuse_symlink(output_dir, "convert")
     return {name: convert(path, output_dir / name, **kwargs) for name, path in jobs.items()}
-
-
-def read_spec(directory: str | os.PathLike) -> dict | None:
-    """Returns the ``spec.json`` of a converted directory, or None if it has none."""
-    path = Path(directory) / SPEC_NAME
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise RecordError(f"{path}: not valid JSON ({err})") from None
-
-
-def shard_entry(path: Path) -> dict | None:
-    """Returns the ``spec.json`` entry (file, num_lists, num_docs, bytes) of shard ``path``.
-
-    None if its directory has no ``spec.json``; RecordError if it has one that does not list ``path``
-    (a leftover or a copy: reading it would mix it into the converted set).
-    """
-    spec = read_spec(path.parent)
-    if spec is None:
-        return None
-    entries = {s["file"]: s for s in spec.get("shards", [])}
-    if path.name not in entries:
-        raise RecordError(
-            f"{path}: not listed in {path.parent / SPEC_NAME}, which lists {len(entries)} shard(s) "
-            f"({', '.join(sorted(entries)[:3])}{', ...' if len(entries) > 3 else ''}); move it out "
-            "of the directory, or convert again"
-        )
-    return entries[path.name]
-
-
-def listed_shards(directory: Path) -> list[Path] | None:
-    """Returns the shards that ``directory/spec.json`` lists (None without a spec).
-
-    Raises RecordError if a listed shard is missing.
-    """
-    spec = read_spec(directory)
-    if spec is None:
-        return None
-    shards = [directory / s["file"] for s in spec.get("shards", [])]
-    for shard in shards:
-        if not shard.is_file():
-            raise RecordError(
-                f"{directory / SPEC_NAME} lists {shard.name}, which is missing (deleted, or not "
-                "copied with the rest?)"
-            )
-    return shards
-
-
-def check_size(path: Path) -> dict | None:
-    """Raises RecordError if ``path``'s size differs from its ``spec.json`` entry; returns the entry."""
-    entry = shard_entry(path)
-    size = path.stat().st_size
-    if entry is not None and "bytes" in entry and entry["bytes"] != size:
-        raise RecordError(
-            f"{path}: {size} bytes, but {path.parent / SPEC_NAME} records {entry['bytes']} "
-            "(truncated or rewritten?)"
-        )
-    return entry
-
-
-_VERIFIED: dict[tuple, int] = {}
-
-
-def verify_file(path: str | os.PathLike) -> int:
-    """Reads every record of a TFRecord file (checking its CRCs) and returns the number of records.
-
-    Raises RecordError naming the file if it is truncated or corrupt, or if its size or record count
-    disagrees with its directory's ``spec.json``. A file already verified in this process (same path,
-    size and modification time) is not read again.
-    """
-    path = Path(path)
-    entry = check_size(path)
-    status = path.stat()
-    key = (str(path.resolve()), status.st_size, status.st_mtime_ns)
-    if key in _VERIFIED:
-        return _VERIFIED[key]
-    try:
-        count = int(tf.data.TFRecordDataset(str(path), buffer_size=1 << 22).reduce(
-            tf.constant(0, tf.int64), lambda n, _: n + 1))
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
-        raise RecordError(f"{path}: corrupt or truncated TFRecord file ({error_summary(err)})") from None
-    if entry is not None and entry["num_lists"] != count:
-        raise RecordError(
-            f"{path}: holds {count} records but {path.parent / SPEC_NAME} records {entry['num_lists']}"
-        )
-    _VERIFIED[key] = count
-    return count
-
-
-def error_summary(err: tf.errors.OpError) -> str:
-    """Returns the useful part of a TF error message ("corrupted record at 3848")."""
-    text = err.message.splitlines()[0] if err.message else type(err).__name__
-    assertion = re.search(r"assertion failed: \[(.*?)\]", text)
-    if assertion:
-        return assertion.group(1).replace("\\'", "'")
-    return text.split("}}")[-1].split(" [Op:")[0].strip()
-
-
-def check_records(paths: Iterable[str | os.PathLike], num_features: int | None = None) -> dict:
-    """Reads every record of every file and returns ``{"num_lists", "num_docs", "num_features"}``.
-
-    Raises RecordError naming the file for a truncated or corrupt file (CRC mismatch), a record that is
-    not a ranking list, files that disagree on the feature count, or a count that disagrees with the
-    directory's ``spec.json``.
-    """
-    from tfapprox.data import dataset  # local: dataset imports this module
-
-    totals = {"num_lists": 0, "num_docs": 0, "num_features": num_features}
-    for path in [Path(p) for p in paths]:
-        info = dataset.inspect_file(path)
-        if totals["num_features"] is None:
-            totals["num_features"] = info.num_features
-        elif info.num_features != totals["num_features"]:
-            raise RecordError(
-                f"{path}: documents have {info.num_features} features, but {totals['num_features']} "
-                "were expected (from earlier files or num_features)"
-            )
-        verify_file(path)
-        lists = docs = 0
-        if info.num_features is not None:
-            parse = dataset.list_parser(
-                info.record_format, info.num_features, info.layout, info.label_dtype
-            )
-            try:
-                for _, mask, _ in tf.data.TFRecordDataset(str(path)).batch(256).map(parse):
-                    lists += int(mask.shape[0])
-                    docs += int(tf.reduce_sum(tf.cast(mask, tf.int64)))
-            except tf.errors.OpError as err:
-                raise RecordError(
-                    f"{path}: a record is not a valid ranking list ({error_summary(err)})"
-                ) from None
-        entry = shard_entry(path)
-        if entry is not None and entry["num_docs"] != docs:
-            raise RecordError(
-                f"{path}: holds {docs} documents but {path.parent / SPEC_NAME} records "
-                f"{entry['num_docs']}"
-            )
-        totals["num_lists"] += lists
-        totals["num_docs"] += docs
-    return totals

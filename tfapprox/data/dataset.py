@@ -13,12 +13,12 @@ import glob
 import os
 import re
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
-from tfapprox.data import converter, letor, records
+from tfapprox.data import letor, records, shards
 
 _VERIFY_BYTES = 256 << 20
 _TEXT_START = re.compile(rb"^\s*[-+0-9.eE]+\s+(qid:|\d+:)")  # LETOR, or LightGBM (no qid:)
@@ -57,14 +57,14 @@ def _resolve_files(file_pattern) -> list[Path]:
     for pattern in patterns:
         pattern = os.fspath(pattern)
         if os.path.isdir(pattern):
-            matched = sorted(glob.glob(os.path.join(pattern, "*" + converter.SHARD_SUFFIX)))
-            listed = converter.listed_shards(Path(pattern))
+            matched = sorted(glob.glob(os.path.join(pattern, "*" + shards.SHARD_SUFFIX)))
+            listed = shards.listed_shards(Path(pattern))
             if listed is not None:
                 for path in matched:
-                    converter.shard_entry(Path(path))  # names a shard the spec does not list
+                    shards.shard_entry(Path(path))  # names a shard the spec does not list
                 matched = [str(p) for p in listed]
             if not matched:
-                raise FileNotFoundError(f"{pattern}: directory holds no *{converter.SHARD_SUFFIX} files")
+                raise FileNotFoundError(f"{pattern}: directory holds no *{shards.SHARD_SUFFIX} files")
         else:
             matched = sorted(glob.glob(pattern))
             if not matched:
@@ -90,7 +90,7 @@ def _is_letor_text(path: Path) -> bool:
 def inspect_file(path: str | os.PathLike) -> FileInfo:
     """Returns what ``path`` holds: LETOR text, or TFRecords of which format, layout and width.
 
-    Raises ``converter.RecordError`` naming the file if its first record cannot be read or understood.
+    Raises ``shards.RecordError`` naming the file if its first record cannot be read or understood.
     """
     path = Path(path)
     if _is_letor_text(path):
@@ -98,15 +98,15 @@ def inspect_file(path: str | os.PathLike) -> FileInfo:
     try:
         first = list(tf.data.TFRecordDataset(str(path)).take(1).as_numpy_iterator())
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError) as err:
-        raise converter.RecordError(
-            f"{path}: corrupt or truncated TFRecord file ({converter.error_summary(err)})"
+        raise shards.RecordError(
+            f"{path}: corrupt or truncated TFRecord file ({shards.error_summary(err)})"
         ) from None
     if not first:
         return FileInfo(path, "tfrecord", None, None, None, tf.float32)
     try:
         record_format, layout, num_features, label_dtype = _describe_record(first[0])
     except ValueError as err:
-        raise converter.RecordError(f"{path}: first record is not a ranking list ({err})") from None
+        raise shards.RecordError(f"{path}: first record is not a ranking list ({err})") from None
     return FileInfo(path, "tfrecord", record_format, layout, num_features, label_dtype)
 
 
@@ -136,14 +136,14 @@ def describe(file_pattern, num_features: int | None = None) -> DatasetInfo:
     """Returns the resolved files, format and feature count behind ``file_pattern``.
 
     Every TFRecord file's first record is read, so shards that disagree on the feature count (or with
-    their ``spec.json``) raise ``converter.RecordError`` naming the file. For LETOR text the feature
+    their ``spec.json``) raise ``shards.RecordError`` naming the file. For LETOR text the feature
     count is ``num_features`` or, if None, the largest index in the files.
     """
     files = _resolve_files(file_pattern)
     infos = [inspect_file(f) for f in files]
     for info in infos:
         if info.kind == "tfrecord":
-            converter.shard_entry(info.path)  # in a converted directory, only what its spec lists
+            shards.shard_entry(info.path)  # in a converted directory, only what its spec lists
     kinds = {i.kind for i in infos}
     if len(kinds) > 1:
         text = next(i.path for i in infos if i.kind == "letor")
@@ -156,34 +156,34 @@ def describe(file_pattern, num_features: int | None = None) -> DatasetInfo:
     specs = {}
     for info in infos:
         if info.path.parent not in specs:
-            specs[info.path.parent] = converter.read_spec(info.path.parent)
+            specs[info.path.parent] = shards.read_spec(info.path.parent)
     reference = None  # (num_features, where it came from)
     if num_features is not None:
         reference = (num_features, "num_features")
     for directory, spec in specs.items():
         if spec is not None:
             width = int(spec["num_features"])
-            where = str(directory / converter.SPEC_NAME)
+            where = str(directory / shards.SPEC_NAME)
             if reference is None:
                 reference = (width, where)
             elif width != reference[0]:
-                raise converter.RecordError(
+                raise shards.RecordError(
                     f"{where} says {width} features but {reference[1]} says {reference[0]}"
                 )
     known = [i for i in infos if i.num_features is not None]
     if not known:
-        raise converter.RecordError(f"no records in any of {len(files)} files matching {file_pattern!r}")
+        raise shards.RecordError(f"no records in any of {len(files)} files matching {file_pattern!r}")
     for info in known:
         if reference is None:
             reference = (info.num_features, str(info.path))
         elif info.num_features != reference[0]:
-            raise converter.RecordError(
+            raise shards.RecordError(
                 f"{info.path}: documents have {info.num_features} features, but {reference[1]} "
                 f"has {reference[0]}; all shards must agree"
             )
     signatures = {(i.record_format, i.layout, i.label_dtype) for i in known}
     if len(signatures) > 1:
-        raise converter.RecordError(
+        raise shards.RecordError(
             f"files matching {file_pattern!r} mix record formats: {sorted(map(str, signatures))}"
         )
     record_format, layout, label_dtype = signatures.pop()
@@ -276,6 +276,49 @@ def list_parser(
         return features, mask, labels
 
     return parse
+
+
+# --------------------------------------------------------------------------------------------------
+# Checking every record
+# --------------------------------------------------------------------------------------------------
+def check_records(paths: Iterable[str | os.PathLike], num_features: int | None = None) -> dict:
+    """Reads every record of every file and returns ``{"num_lists", "num_docs", "num_features"}``.
+
+    Raises ``shards.RecordError`` naming the file for a truncated or corrupt file (CRC mismatch), a
+    record that is not a ranking list, files that disagree on the feature count, or a count that
+    disagrees with the directory's ``spec.json``.
+    """
+    totals = {"num_lists": 0, "num_docs": 0, "num_features": num_features}
+    for path in [Path(p) for p in paths]:
+        info = inspect_file(path)
+        if totals["num_features"] is None:
+            totals["num_features"] = info.num_features
+        elif info.num_features != totals["num_features"]:
+            raise shards.RecordError(
+                f"{path}: documents have {info.num_features} features, but {totals['num_features']} "
+                "were expected (from earlier files or num_features)"
+            )
+        shards.verify_file(path)
+        lists = docs = 0
+        if info.num_features is not None:
+            parse = list_parser(info.record_format, info.num_features, info.layout, info.label_dtype)
+            try:
+                for _, mask, _ in tf.data.TFRecordDataset(str(path)).batch(256).map(parse):
+                    lists += int(mask.shape[0])
+                    docs += int(tf.reduce_sum(tf.cast(mask, tf.int64)))
+            except tf.errors.OpError as err:
+                raise shards.RecordError(
+                    f"{path}: a record is not a valid ranking list ({shards.error_summary(err)})"
+                ) from None
+        entry = shards.shard_entry(path)
+        if entry is not None and entry["num_docs"] != docs:
+            raise shards.RecordError(
+                f"{path}: holds {docs} documents but {path.parent / shards.SPEC_NAME} records "
+                f"{entry['num_docs']}"
+            )
+        totals["num_lists"] += lists
+        totals["num_docs"] += docs
+    return totals
 
 
 # --------------------------------------------------------------------------------------------------
@@ -434,7 +477,7 @@ def ranking_dataset(
         not shuffle``.
       cycle_length: shards read concurrently.
       verify: read every record once up front (CRC checks), so a truncated or corrupt shard raises
-        ``converter.RecordError`` naming it instead of a ``DataLossError`` mid-training that names
+        ``shards.RecordError`` naming it instead of a ``DataLossError`` mid-training that names
         no file. ``None``: when the files total at most 256 MB. A file's size is always checked
         against its ``spec.json``.
       list_buckets: with ``list_size=None``, group lists by length and pad each batch to the
@@ -451,7 +494,7 @@ def ranking_dataset(
 
     Raises:
       FileNotFoundError: nothing matches ``file_pattern``.
-      converter.RecordError: a corrupt first record, or shards that disagree on the feature count.
+      shards.RecordError: a corrupt first record, or shards that disagree on the feature count.
       letor.LetorFormatError: malformed LETOR text.
     """
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -502,9 +545,9 @@ def ranking_dataset(
             verify = sum(f.stat().st_size for f in files) <= _VERIFY_BYTES
         for path in files:
             if verify:
-                converter.verify_file(path)
+                shards.verify_file(path)
             else:
-                converter.check_size(path)
+                shards.check_size(path)
         files = [str(f) for f in files]
         file_data = tf.data.Dataset.from_tensor_slices(files)
         if shuffle:

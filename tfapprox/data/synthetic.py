@@ -190,7 +190,7 @@ def write_splits(
     """Writes ``directory/{train,vali,test}.txt`` from one generated set (one hidden function).
 
     Queries are split in order by ``fractions`` (each split gets at least one query). Returns
-    ``{"train": path, "vali": path, "test": path}``, a layout :func:`letor.find_split_files` reads.
+    ``{"train": path, "vali": path, "test": path}``, a layout :func:`folds.find_split_files` reads.
     """
     if len(fractions) != 3 or min(fractions) <= 0:
         raise ValueError(f"fractions must be three positive numbers; got {fractions!r}")

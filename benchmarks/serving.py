@@ -1,9 +1,11 @@
 """Serving latency per signature: TF Serving's C++ loader and the Python loader, p50 and p99.
 
     python -m benchmarks.serving [--export DIR ...] [--runs 200] [--out FILE]
+    python -m benchmarks.serving --ab ROUNDS [--export DIR ...]
 
-Each export (default: a B64 and a B1024 scorer with F = 46, MQ2008's feature count, exported to
-a temporary directory; latency does not depend on the weights' values) is loaded by the C++ runner
+Each export (default: a B64 and a B1024 scorer (B64 only with --ab) with F = 46, MQ2008's feature
+count, exported to a temporary directory; latency does not depend on the weights' values) is
+loaded by the C++ runner
 of tests/cpp_loader.py (`tensorflow::LoadSavedModel`, tag serve, default session options: intra-
 and inter-op threads as TF Serving sets them by default) and by `tf.saved_model.load`. Every
 signature scores the same random lists at 1x10, 1x100, 16x100 and 1x1000 documents, `--runs`
@@ -11,9 +13,14 @@ times after 20 warm-up runs. The C++ latency is that of one request inside the s
 TensorProto -> Tensor conversion, Session::Run, and the output's conversion back; the Python one
 is a signature call on tensors already built. Prints a markdown table, and the ratio
 serving_default / score_features at 16x100 through the C++ loader.
+
+`--ab ROUNDS` measures only that ratio, on a shared machine: each round runs score_features then
+serving_default 10 times each on the same 16x100 lists in one C++ loader, and the ratio of their
+p50s is taken per round; it prints the median of the ROUNDS ratios (and the pooled p50s).
 """
 
 import argparse
+import contextlib
 import os
 import platform
 import sys
@@ -91,6 +98,32 @@ def table(results):
     return "\n".join(lines)
 
 
+def alternate(exports, runner, rounds, runs=10):
+    """Returns `{model: (median ratio, p50 serving_default ms, p50 score_features ms)}` at 16x100
+    through the C++ loader: every round runs each model's score_features then serving_default
+    `runs` times, so that all of them see the same load; the ratio is of one round's p50s."""
+    features = np.random.default_rng(0).normal(size=(16, 100, NUM_FEATURES)).astype("float32")
+    requests = cpp_loader.signature_requests(features)
+    names = ("score_features", "serving_default")
+    latencies = {(model, name): [] for model in exports for name in names}
+    with contextlib.ExitStack() as stack:
+        loaders = {
+            model: stack.enter_context(cpp_loader.CppLoader(runner, path))
+            for model, path in exports.items()
+        }
+        for (model, name) in latencies:
+            loaders[model].run(name, requests[name], WARMUP_RUNS)
+        for _ in range(rounds):
+            for (model, name), measured in latencies.items():
+                measured.append(loaders[model].run(name, requests[name], runs)[1])
+    results = {}
+    for model in exports:
+        served, scored = (np.array(latencies[model, name]) for name in reversed(names))
+        ratio = np.median(np.median(served, axis=1) / np.median(scored, axis=1))
+        results[model] = (ratio, np.median(served) / 1000, np.median(scored) / 1000)
+    return results
+
+
 SHAPE_CPP = ("16x100", "C++")  # the cell of issue 18's target
 
 
@@ -121,15 +154,23 @@ def main(argv=None):
                         "B64 and B1024 exports")
     parser.add_argument("--runs", type=int, default=200, help="timed runs per cell")
     parser.add_argument("--out", help="also write the report (markdown) to this file")
+    parser.add_argument("--ab", type=int, metavar="ROUNDS", help="only the ratio "
+                        "serving_default / score_features at 16x100 (C++), alternating them for "
+                        "ROUNDS rounds")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tfapprox-serving-") as scratch:
         runner = cpp_loader.build(scratch)
         named = {_model_name(path): path for path in args.export or []}
-        exports = named or {
-            preset: _export(preset, scratch) for preset in ("B64", "B1024")
-        }
+        presets = ("B64",) if args.ab else ("B64", "B1024")
+        exports = named or {preset: _export(preset, scratch) for preset in presets}
+        if args.ab:
+            for model, (ratio, served, scored) in alternate(exports, runner, args.ab).items():
+                print(f"{model}: serving_default / score_features = {ratio:.2f}x at 16x100 (C++ "
+                      f"loader, median of {args.ab} rounds' p50 ratios; pooled p50 "
+                      f"{served:.3f} / {scored:.3f} ms)")
+            return
         results = {model: measure(path, runner, args.runs) for model, path in exports.items()}
     import tensorflow as tf
 

@@ -433,6 +433,152 @@ def test_a_document_without_features_is_named(loaded):
         loaded.signatures["serving_default"](elwc=tf.constant(elwc))
 
 
+def _protobuf_lists(features, context=None, extra=None):
+    """Returns one ELWC per list of `features` [B, L, F] serialized by protobuf (TF Serving's
+    input_pb2), documents holding "features" (and `extra`, a feature of one float, if given)."""
+    import tensorflow as tf
+
+    input_pb2 = pytest.importorskip("tensorflow_serving.apis.input_pb2")
+    serialized = []
+    for list_features in features:
+        message = input_pb2.ExampleListWithContext()
+        if context is not None:
+            message.context.CopyFrom(context)
+        for document in list_features:
+            feature = message.examples.add().features.feature
+            feature[records.FEATURES_KEY].float_list.value.extend(document)
+            if extra is not None:
+                feature[extra].float_list.value.append(1.0)
+        serialized.append(message.SerializeToString())
+    return serialized
+
+
+def _read_canonical(strings, lists):
+    import tensorflow as tf
+
+    fits, features, mask = export._read_canonical(tf.constant(strings, tf.string), NUM_FEATURES,
+                                                  lists)
+    return bool(fits), features.numpy(), mask.numpy()
+
+
+@needs_tensorflow
+def test_canonical_requests_are_read_as_bytes():
+    import tensorflow as tf
+
+    features = np.random.default_rng(10).normal(size=(3, 4, NUM_FEATURES)).astype("float32")
+    features[1, 2] = np.nan  # read as it is, refused afterwards
+    empty_features = tf.train.Example()
+    empty_features.features.SetInParent()
+    list_requests = {
+        "encode_elwc": [records.encode_elwc(f[:n]) for f, n in zip(features, (2, 4, 0))],
+        "protobuf": _protobuf_lists(features[:, :3]),
+        "protobuf, empty context": _protobuf_lists(features[:, :3], tf.train.Example()),
+        "protobuf, empty context features": _protobuf_lists(features[:, :3], empty_features),
+    }
+    for name, strings in list_requests.items():
+        fits, read, mask = _read_canonical(strings, lists=True)
+        lengths = (2, 4, 0) if name == "encode_elwc" else (3, 3, 3)
+        assert fits, name
+        np.testing.assert_array_equal(mask.sum(axis=1), lengths)
+        np.testing.assert_array_equal(read[mask], features[:, : mask.shape[1]][mask])
+    documents = features.reshape(-1, NUM_FEATURES)
+    example = tf.train.Example()
+    example.features.feature[records.FEATURES_KEY].float_list.value.extend(documents[0])
+    for strings, expected in [
+        (records.encode_examples(documents), documents),
+        ([example.SerializeToString()], documents[:1]),
+        ([], documents[:0]),
+    ]:
+        fits, read, mask = _read_canonical(strings, lists=False)
+        assert fits and mask.all()
+        np.testing.assert_array_equal(read[:, 0], expected)
+    assert _read_canonical([], lists=True)[0]
+
+
+@needs_tensorflow
+def test_other_requests_are_not_read_as_bytes():
+    import tensorflow as tf
+
+    features = np.random.default_rng(11).normal(size=(2, 3, NUM_FEATURES)).astype("float32")
+    documents = features.reshape(-1, NUM_FEATURES)
+    context = tf.train.Example()
+    context.features.feature["qid"].bytes_list.value.append(b"q1")
+    labels = np.ones(3)
+    list_requests = {
+        "qid": [records.encode_elwc(f, qid=7) for f in features],
+        "labels": [records.encode_elwc(f, labels) for f in features],
+        "protobuf, qid context": _protobuf_lists(features, context),
+        "protobuf, another feature": _protobuf_lists(features, extra="other"),
+        "other F": [records.encode_elwc(f[:, :-1]) for f in features],
+        "tf.Examples": records.encode_examples(documents),
+        "one ELWC, one with qid": [records.encode_elwc(features[0]),
+                                   records.encode_elwc(features[1], qid=1)],
+    }
+    for name, strings in list_requests.items():
+        assert not _read_canonical(strings, lists=True)[0], name
+    one = records.encode_examples(documents[:1])[0]
+    example_requests = {
+        "labels": records.encode_examples(documents, np.ones(len(documents))),
+        "other F": records.encode_examples(documents[:, :-1]),
+        "ELWC": [records.encode_elwc(f) for f in features],
+        "two documents in one string": [one + one],
+        "one canonical, one empty": [one, b""],
+    }
+    for name, strings in example_requests.items():
+        assert not _read_canonical(strings, lists=False)[0], name
+
+
+@needs_tensorflow
+@pytest.mark.parametrize("lists", [True, False])
+def test_every_byte_but_the_floats_is_checked(lists):
+    features = np.arange(2 * NUM_FEATURES, dtype="float32").reshape(2, NUM_FEATURES)
+    if lists:
+        request = records.encode_elwc(features)
+        header, _ = records._cached_layout("elwc_entry", NUM_FEATURES, False).parts
+    else:
+        request = records.encode_examples(features[:1])[0]
+        header, _ = records._cached_layout("example", NUM_FEATURES, False).parts
+    width = len(header) + 4 * NUM_FEATURES
+    assert _read_canonical([request], lists)[0]
+    for position in range(len(request)):
+        changed = bytearray(request)
+        changed[position] ^= 0x40  # 0x0a '\n' becomes 0x4a 'J', the float 0.0 becomes 2.0
+        is_float = position < len(request) // width * width and position % width >= len(header)
+        fits, read, _ = _read_canonical([bytes(changed)], lists)
+        assert fits == is_float, position
+        if is_float:  # exactly that document's value changed
+            assert (read[0] != features[: len(read[0])]).sum() == 1
+    for changed in (request[:-1], request + b"\x00", b"\x00" + request):
+        assert not _read_canonical([changed], lists)[0]
+
+
+@needs_tensorflow
+def test_off_layout_requests_are_parsed_to_the_same_scores(exported, loaded):
+    import tensorflow as tf
+
+    features, mask = _lists(12)
+    expected = _expected_scores(exported[0], features, mask)
+    canonical, examples = _requests(features, mask)
+    off_layout = {
+        "qid": [records.encode_elwc(f[m], qid=3) for f, m in zip(features, mask)],
+        "labels": [records.encode_elwc(f[m], np.ones(m.sum())) for f, m in zip(features, mask)],
+    }
+    serving_default = loaded.signatures["serving_default"]
+    fast = serving_default(elwc=tf.constant(canonical))["scores"].numpy()
+    np.testing.assert_allclose(fast[mask], expected[mask], atol=1e-5)
+    for name, elwc in off_layout.items():
+        assert not _read_canonical(elwc, lists=True)[0]
+        np.testing.assert_array_equal(serving_default(elwc=tf.constant(elwc))["scores"], fast)
+    score_examples = loaded.signatures["score_examples"]
+    fast = score_examples(examples=tf.constant(examples))["scores"].numpy()
+    labelled = records.encode_examples(features[mask], np.ones(mask.sum()))
+    np.testing.assert_array_equal(score_examples(examples=tf.constant(labelled))["scores"], fast)
+    features[0, 1, 2] = np.inf  # refused by the parsing path too
+    elwc = [records.encode_elwc(f[m], qid=3) for f, m in zip(features, mask)]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="serving_default: feature values"):
+        serving_default(elwc=tf.constant(elwc))
+
+
 _SECRET = b"SeCr"  # a feature value whose bytes are printable, to be looked for in the log
 
 

@@ -146,9 +146,10 @@ def test_malformed_requests_get_an_error_status(served, signature, inputs, messa
     assert outputs["scores"].shape == (1, 3)
 
 
-def _grpc_requests(lists, documents):
+def _grpc_requests(lists, documents, qid):
     """Returns `(features, [(signature, request inputs)])`: the gRPC requests a client builds
-    with tensorflow-serving-api for every signature, and the tensors TF Serving feeds for each.
+    with tensorflow-serving-api for every signature, and the tensors TF Serving feeds for each;
+    the lists' context holds `qid`, or nothing if it is None (the layout read as bytes).
 
     A RegressionRequest carries an Input proto, which TF Serving turns into the `inputs` tensor
     of serialized tf.Examples: for an ExampleListWithContext, each example's bytes after the
@@ -161,11 +162,11 @@ def _grpc_requests(lists, documents):
     regression_pb2 = pytest.importorskip("tensorflow_serving.apis.regression_pb2")
     features = np.random.default_rng(5).normal(size=(lists, documents, NUM_FEATURES))
     features = features.astype("float32")
-    context = tf.train.Example()
-    context.features.feature["qid"].bytes_list.value.append(b"q1")
     elwc = []
     for list_features in features:
-        message = input_pb2.ExampleListWithContext(context=context)
+        message = input_pb2.ExampleListWithContext()
+        if qid is not None:
+            message.context.features.feature["qid"].bytes_list.value.append(qid)
         for document in list_features:
             example = message.examples.add()
             example.features.feature[records.FEATURES_KEY].float_list.value.extend(document)
@@ -199,9 +200,10 @@ def _grpc_requests(lists, documents):
     return features, requests
 
 
-def test_grpc_requests_run_through_the_cpp_loader(served):
+@pytest.mark.parametrize("qid", [b"q1", None])
+def test_grpc_requests_run_through_the_cpp_loader(served, qid):
     _, signatures, loader = served
-    features, requests = _grpc_requests(4, 10)
+    features, requests = _grpc_requests(4, 10, qid)
     expected = _python_outputs(signatures, "score_features", {"features": features})["scores"]
     regressed = []
     for signature, inputs in requests:

@@ -37,10 +37,10 @@ import numpy as np
 
 from tfapprox import losses, models
 from tfapprox.data import dataset, records
+from tfapprox.data.synthetic import mslr_lengths
 
 NUM_FEATURES = 136
 LABEL_SHARES = (0.514, 0.325, 0.134, 0.019, 0.008)  # MSLR-WEB30K, labels 0..4
-MAX_LIST = 1251
 
 
 def write_mslr_like(directory, num_lists, num_shards=8, seed=0):
@@ -48,7 +48,7 @@ def write_mslr_like(directory, num_lists, num_shards=8, seed=0):
     import tensorflow as tf
 
     rng = np.random.default_rng(seed)
-    lengths = np.clip(np.round(rng.lognormal(np.log(100.0), 0.6, size=num_lists)), 1, MAX_LIST)
+    lengths = mslr_lengths(rng, num_lists)
     writers = [
         tf.io.TFRecordWriter(os.path.join(directory, f"part-{i:05d}-of-{num_shards:05d}.tfrecord"))
         for i in range(num_shards)

@@ -8,7 +8,7 @@
       INPUT.query or INPUT.group beside each input, or from --query-file (one per INPUT, in order).
   check PATTERN...
       Reads every record; names the file that is corrupt, truncated or disagrees on the feature count.
-  synthetic DIR [--queries Q] [--docs D] [--features F] [--levels 3|5] [--seed S]
+  synthetic DIR [--queries Q] [--docs D | --lengths mslr] [--features F] [--levels 3|5] [--seed S]
       Writes generated DIR/{train,vali,test}.txt with learnable labels.
 """
 
@@ -72,14 +72,17 @@ def _check(args) -> int:
 
 
 def _synthetic(args) -> int:
+    if args.lengths != "uniform" and args.docs is not None:
+        raise ValueError(f"--docs sets uniform list lengths; --lengths {args.lengths} has its own")
     paths = synthetic.write_splits(
         args.output,
         args.queries,
-        args.docs,
+        40 if args.docs is None else args.docs,
         args.features,
         label_levels=args.levels,
         noise=args.noise,
         seed=args.seed,
+        lengths=args.lengths,
     )
     for split, path in paths.items():
         print(f"{split}: {path}")
@@ -135,7 +138,11 @@ def main(argv=None) -> int:
     p = commands.add_parser("synthetic", parents=[common], help="write generated train/vali/test LETOR files")
     p.add_argument("output", help="output directory")
     p.add_argument("--queries", type=int, default=300)
-    p.add_argument("--docs", type=int, default=40, help="mean documents per query")
+    p.add_argument("--docs", type=int, default=None,
+                   help="mean documents per query, lengths uniform in D/2..3D/2 (default 40)")
+    p.add_argument("--lengths", default="uniform", choices=synthetic.LENGTHS,
+                   help="uniform (default, see --docs) or mslr: like MSLR-WEB30K's, log-normal with "
+                   f"mean ~120, 1..{synthetic.MSLR_MAX_LIST} documents")
     p.add_argument("--features", type=int, default=40)
     p.add_argument("--levels", type=int, default=5, choices=[2, 3, 5])
     p.add_argument("--noise", type=float, default=0.5)

@@ -7,11 +7,15 @@ nonlinear function of its features -- a fixed random one-hidden-layer tanh netwo
 linear term -- shifted by a per-query offset (so some queries have no relevant document, as in MQ2008)
 and Gaussian noise, then cut at fixed quantiles into grades ``0 .. label_levels - 1`` with few high
 grades. A scorer can learn it; with ``noise=0`` the labels are a deterministic function of the query.
+
+List lengths are uniform around ``docs_per_query`` by default; ``lengths="mslr"`` draws them like
+MSLR-WEB30K's instead (see :func:`mslr_lengths`).
 """
 
 from __future__ import annotations
 
 import os
+from itertools import islice
 from pathlib import Path
 from typing import Iterator
 
@@ -20,11 +24,21 @@ import numpy as np
 from tfapprox.data.letor import Query
 from tfapprox.files import create_file, fresh_name
 
+LENGTHS = ("uniform", "mslr")
+MSLR_MAX_LIST = 1251  # MSLR-WEB30K's longest list
+
 _GRADE_SHARES = {
     2: (0.75,),
     3: (0.75, 0.92),
     5: (0.55, 0.80, 0.92, 0.98),
 }
+
+
+def mslr_lengths(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Returns ``n`` list lengths shaped like MSLR-WEB30K's: ``round(exp(N(ln 100, 0.6^2)))`` clipped to
+    ``1 .. 1251``. Mean ``100 * exp(0.6^2 / 2)`` ~ 120, median 100, a heavy right tail (~0.4% of
+    lists longer than 500)."""
+    return np.clip(np.rint(rng.lognormal(np.log(100.0), 0.6, n)), 1, MSLR_MAX_LIST).astype(np.int64)
 
 
 class _HiddenRelevance:
@@ -76,23 +90,30 @@ def generate(
     label_levels: int = 5,
     noise: float = 0.5,
     seed: int = 0,
+    lengths: str = "uniform",
 ) -> Iterator[Query]:
     """Yields ``num_queries`` generated queries (qids ``"1"``, ``"2"``, ...).
 
-    A query has between ``docs_per_query // 2`` and ``docs_per_query * 3 // 2`` documents (uniform).
-    Features are exactly what a LETOR reader gets back from the written text (float32 of 6-decimal
-    values).
+    With ``lengths="uniform"`` a query has between ``docs_per_query // 2`` and
+    ``docs_per_query * 3 // 2`` documents; with ``lengths="mslr"`` its length comes from
+    :func:`mslr_lengths` and ``docs_per_query`` is not used. Features are exactly what a LETOR
+    reader gets back from the written text (float32 of 6-decimal values).
     """
     if num_queries < 1 or docs_per_query < 1:
         raise ValueError(
             f"num_queries and docs_per_query must be positive; got {num_queries}, {docs_per_query}"
         )
+    if lengths not in LENGTHS:
+        raise ValueError(f"lengths must be one of {', '.join(LENGTHS)}; got {lengths!r}")
     hidden = _HiddenRelevance(num_features, label_levels, noise, seed)
     rng = np.random.default_rng([seed, 1])
-    low, high = max(1, docs_per_query // 2), max(1, docs_per_query * 3 // 2)
-    for qid in range(1, num_queries + 1):
-        n = int(rng.integers(low, high + 1))
-        x = hidden.features(rng, n)
+    if lengths == "mslr":
+        sizes = mslr_lengths(np.random.default_rng([seed, 2]), num_queries)
+    else:
+        low, high = max(1, docs_per_query // 2), max(1, docs_per_query * 3 // 2)
+        sizes = (int(rng.integers(low, high + 1)) for _ in range(num_queries))  # drawn lazily, per query
+    for qid, n in enumerate(sizes, 1):
+        x = hidden.features(rng, int(n))
         labels = hidden.labels(rng, x, rng.normal(0.0, 0.5))
         yield Query(str(qid), labels, x.astype(np.float32))
 
@@ -162,6 +183,7 @@ def write_letor(
     label_levels: int = 5,
     noise: float = 0.5,
     seed: int = 0,
+    lengths: str = "uniform",
 ) -> dict:
     """Writes generated queries (see :func:`generate`) to one LETOR text file.
 
@@ -170,7 +192,8 @@ def write_letor(
     summary = _write(
         Path(path),
         generate(
-            num_queries, docs_per_query, num_features, label_levels=label_levels, noise=noise, seed=seed
+            num_queries, docs_per_query, num_features, label_levels=label_levels, noise=noise, seed=seed,
+            lengths=lengths,
         ),
     )
     return {**summary, "num_features": num_features}
@@ -186,10 +209,12 @@ def write_splits(
     label_levels: int = 5,
     noise: float = 0.5,
     seed: int = 0,
+    lengths: str = "uniform",
 ) -> dict[str, Path]:
     """Writes ``directory/{train,vali,test}.txt`` from one generated set (one hidden function).
 
-    Queries are split in order by ``fractions`` (each split gets at least one query). Returns
+    Queries are split in order by ``fractions`` (each split gets at least one query) and streamed to
+    the files: one query at a time is in memory. Returns
     ``{"train": path, "vali": path, "test": path}``, a layout :func:`folds.find_split_files` reads.
     """
     if len(fractions) != 3 or min(fractions) <= 0:
@@ -199,15 +224,11 @@ def write_splits(
     total = float(sum(fractions))
     n_train = min(max(1, round(num_queries * fractions[0] / total)), num_queries - 2)
     n_vali = min(max(1, round(num_queries * fractions[1] / total)), num_queries - n_train - 1)
-    queries = list(
-        generate(
-            num_queries, docs_per_query, num_features, label_levels=label_levels, noise=noise, seed=seed
-        )
+    queries = generate(
+        num_queries, docs_per_query, num_features, label_levels=label_levels, noise=noise, seed=seed,
+        lengths=lengths,
     )
     directory = Path(directory)
-    n_head = n_train + n_vali
-    bounds = {"train": (0, n_train), "vali": (n_train, n_head), "test": (n_head, num_queries)}
-    paths = {}
-    for split, (start, stop) in bounds.items():
-        paths[split] = Path(_write(directory / f"{split}.txt", queries[start:stop])["path"])
-    return paths
+    sizes = {"train": n_train, "vali": n_vali, "test": num_queries - n_train - n_vali}
+    return {split: Path(_write(directory / f"{split}.txt", islice(queries, size))["path"])
+            for split, size in sizes.items()}

@@ -164,7 +164,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="XLA-compile the train step, once per batch shape (whole lists: one per "
                    "--buckets size, plus one). On a 2-core CPU it is no faster on the dense "
                    "layers and the first epoch pays the compiles: measure before choosing it "
-                   "(docs/performance.md)")
+                   "(docs/benchmarks.md)")
 
     g = common.add_argument_group("export")
     g.add_argument("--export-dir", help="SavedModel base directory (default saved_models)")

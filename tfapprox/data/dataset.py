@@ -4,7 +4,7 @@ Every dataset yields ``(inputs, labels)`` with ``inputs = {"features": float32 [
 [B, L]}`` and ``labels`` float32 ``[B, L]``, -1 on padded slots (see docs/contracts.md).
 
 Whole lists can be grouped by length and padded to one of a few sizes (``list_buckets``), so that a
-compiled step (XLA) sees a bounded number of shapes; see docs/performance.md.
+compiled step (XLA) sees a bounded number of shapes; see docs/data.md ("Length buckets").
 """
 
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""benchmarks/scale.py: its --help, its work directory, and a tiny run end to end, resumed."""
+
+import json
+import re
+
+import pytest
+
+from benchmarks import scale
+
+TINY = ["--queries", "60", "--epochs", "1", "--presets", "B256", "--jit", "off",
+        "--lightgbm-rounds", "10"]
+STAGES = ["generate", "convert", "train-B256", "evaluate-B256", "export-B256", "lightgbm"]
+
+
+def test_help_states_the_protocol(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        scale.main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for needed in ("31,531", "3:1:1", "--list-size full", "--jit", "peak RSS", "70k docs/s",
+                   "LightGBM lambdarank", "WORK/stages/STAGE.json", "time to best"):
+        assert needed.lower() in text.lower(), needed
+
+
+def test_a_directory_not_made_by_the_script_is_refused(tmp_path):
+    (tmp_path / "mine.txt").write_text("the user's\n")
+    with pytest.raises(SystemExit, match="was not made by this script"):
+        scale.main(["--work", str(tmp_path), *TINY])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+@pytest.mark.slow  # six child processes, each starting TensorFlow: about a minute on 2 cores
+def test_tiny_run_end_to_end_then_resumed(tmp_path, capsys):
+    work = tmp_path / "work"
+    assert scale.main(["--work", str(work), *TINY]) == 0
+    out = capsys.readouterr().out
+    results = {name: json.loads((work / "stages" / f"{name}.json").read_text()) for name in STAGES}
+    for name, result in results.items():
+        assert result["wall_seconds"] > 0 and result["peak_rss_mib"] > 100, result
+        assert re.search(rf"^\| {name} \| [\d.]+ \| [\d,]+ \| ", out, re.M), name
+    convert = results["convert"]
+    assert convert["lists"] == {"train": 36, "vali": 12, "test": 12}  # 3:1:1 by query
+    docs = {split: len((work / "text" / f"{split}.txt").read_text().splitlines())
+            for split in ("train", "vali", "test")}
+    assert convert["docs"] == docs and convert["docs_per_second"] > 0
+    for model in (results["train-B256"], results["lightgbm"]):
+        assert 0 < model["validation"] <= 1 and 0 < model["test"] <= 1, model
+        assert 0 < model["seconds_to_best"] and model["best_epoch"] >= 1
+    assert results["evaluate-B256"]["test"] == pytest.approx(results["train-B256"]["test"], abs=1e-6)
+    assert (work / results["export-B256"]["path"] / "saved_model.pb").is_file()
+    assert re.search(r"^\| B256 \| [\d.]+ \| epoch 1 of 1 \| 0\.\d{4} \| 0\.\d{4} \|$", out, re.M)
+    assert re.search(r"^\| LightGBM lambdarank \| [\d.]+ \| round \d+ of 10 \|", out, re.M)
+    assert (work / "table.md").read_text() in out
+
+    (work / "stages" / "export-B256.json").unlink()  # as if killed during the export
+    assert scale.main(["--work", str(work), *TINY]) == 0
+    rerun = capsys.readouterr().out
+    assert re.findall(r"^\[[\d:]+\] (\S+):", rerun, re.M) == ["export-B256"]
+    for name in STAGES[:-2]:
+        assert json.loads((work / "stages" / f"{name}.json").read_text()) == results[name]
+
+    with pytest.raises(SystemExit, match="was made with"):
+        scale.main(["--work", str(work), *TINY[:-2], "--lightgbm-rounds", "11"])

@@ -77,6 +77,8 @@ import uuid
 import keras
 import numpy as np
 
+from tfapprox.files import is_running
+
 __all__ = ["PREDICT", "REGRESS", "SIGNATURES", "export_saved_model", "next_version"]
 
 # TF-Ranking's signature names (tfr.keras.saved_model.Signatures), which are TF Serving's method
@@ -597,8 +599,9 @@ def export_saved_model(
     return target
 
 
-# A staging directory names its writer: .tmp-<version>-<host>-<pid>-<random hex>.
-_STAGING_NAME = re.compile(r"\.tmp-\d+-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{32}")
+# A staging directory names its writer: .tmp-<version>-<host>-<pid>-<random hex> (exports of
+# tfapprox 0.1.0 wrote .tmp-<version>-<random hex>, with no writer).
+_STAGING_NAME = re.compile(r"\.tmp-\d+-(?:(?P<host>.+)-(?P<pid>\d+)-)?[0-9a-f]{32}")
 _STAGING_MAX_AGE_SECONDS = 24 * 3600
 
 
@@ -617,18 +620,6 @@ def _remove_stale_staging(model_dir):
             continue
         if not stat.S_ISDIR(status.st_mode):
             continue
-        writer_gone = match["host"] == socket.gethostname() and not _is_running(int(match["pid"]))
+        writer_gone = match["host"] == socket.gethostname() and not is_running(int(match["pid"]))
         if writer_gone or time.time() - status.st_mtime > _STAGING_MAX_AGE_SECONDS:
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _is_running(pid):
-    if os.name != "posix":  # os.kill(pid, 0) would signal it there; rely on age
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # running, as another user
-        pass
-    return True

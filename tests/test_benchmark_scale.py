@@ -7,6 +7,8 @@ import pytest
 
 from benchmarks import scale
 
+pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
+
 TINY = ["--queries", "60", "--epochs", "1", "--presets", "B256", "--jit", "off",
         "--lightgbm-rounds", "10"]
 STAGES = ["generate", "convert", "train-B256", "evaluate-B256", "export-B256", "lightgbm"]

@@ -10,6 +10,8 @@ import pytest
 from conftest import REPO
 from tfapprox.data import write_splits
 
+pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
+
 EXAMPLES = REPO / "examples"
 TINY_DATA = ["--queries", "12", "--docs", "6", "--features", "5"]  # the generated set
 TINY_TRAINING = ["--epochs", "1", "--batch-size", "4"]
@@ -46,7 +48,6 @@ def test_custom_training_loop_reports_each_epoch(tmp_path):
     measure(r"epoch 2: .* validation MAP ([0-9.]+)", out)
 
 
-@pytest.mark.slow  # two processes: about 30 s on the shared 2-core machine
 def test_export_then_score_it_through_both_signatures(tmp_path):
     out = run_example("deep_scorer_export.py", *TINY_DATA, *TINY_TRAINING,
                       "--export-dir", tmp_path / "exports", cwd=tmp_path)

@@ -15,6 +15,8 @@ from benchmarks.experiment_studies import runs_of, studies
 from conftest import REPO
 from tfapprox.data import write_letor, write_splits
 
+pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
+
 LIGHTGBM = ["--study", "lightgbm", "--folds", "1", "--seeds", "0"]
 
 
@@ -157,7 +159,6 @@ def test_own_lightgbm_format_set_runs_and_has_its_own_report(tmp_path, capsys):
 
 
 @pytest.mark.data
-@pytest.mark.slow
 def test_smoke_run_writes_every_table_and_plot(tmp_path):
     done = subprocess.run([sys.executable, "-m", "benchmarks.experiments", "run", "--smoke",
                            "--out", str(tmp_path)],

@@ -14,6 +14,8 @@ from tfapprox import export
 from tfapprox.data import records
 from tfapprox.models import DNNScorer
 
+pytestmark = pytest.mark.slow  # builds and exports SavedModels: `-m "not slow"` skips it
+
 NUM_FEATURES = 7
 LENGTHS = (2, 5, 3)
 SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")

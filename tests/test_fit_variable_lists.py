@@ -9,6 +9,8 @@ import pytest
 from conftest import COMPILE_MODES, registered, to_numpy
 from tfapprox import losses, metrics, models
 
+pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
+
 NUM_FEATURES = 5
 LIST_SIZES = (7, 12, 4, 12)  # one batch each; the list dimension changes from batch to batch
 

@@ -49,7 +49,7 @@ from conftest import to_numpy
 from tfapprox import losses, measures, metrics
 from tfapprox import ops as rank_ops
 
-pytestmark = pytest.mark.parity
+pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 VENV_SCRIPT = REPO / ".ci" / "tfranking-venv"

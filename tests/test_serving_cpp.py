@@ -17,9 +17,8 @@ from tfapprox.models import DNNScorer, build_scorer
 
 NUM_FEATURES = 7
 SHAPES = ((1, 1), (4, 10), (16, 100), (0, 0))  # (lists, documents per list); the last: empty
-pytestmark = pytest.mark.skipif(
-    keras.backend.backend() != "tensorflow", reason="export needs the TF backend"
-)
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="export needs the TF backend")]
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,8 @@ import yaml
 
 from trainer import checkpoint, run_lock
 
+pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
+
 # Two workers take the same global steps as one process (120 training lists, 24 per step); against
 # one replica they differ through batch-norm statistics, computed per replica over half a batch.
 MULTI_WORKER_TOLERANCE = 0.05  # absolute, on validation and test NDCG@5 and MAP (40 queries each)
@@ -253,6 +255,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import keras
 from tfapprox import losses
 from trainer import config as config_lib, distribute, train
+
 
 rng = np.random.default_rng(0)
 labels = rng.integers(0, 3, (4, 6)).astype("float32")

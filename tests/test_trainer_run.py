@@ -23,6 +23,8 @@ from trainer.__main__ import main
 
 from conftest import SHARED_DATA
 
+pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
+
 TINY_DATA = {"num_queries": 40, "docs_per_query": 10, "num_features": 8}
 
 

@@ -16,6 +16,8 @@ from trainer import checkpoint, config as config_lib, data, run_files, run_lock,
 from trainer.__main__ import main
 from trainer.config import DataConfig
 
+pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
+
 TINY = {"num_queries": 30, "docs_per_query": 6, "num_features": 5}
 
 

@@ -13,7 +13,7 @@ TensorFlow, under `jax.jit` (`jit`) on JAX, or op by op (`eager`: under an eager
 `tf.GradientTape`, as in a custom training loop, `run_eagerly=True` or a notebook, or
 `jax.value_and_grad` without jit). The pairwise sums are chosen
 by `--pairwise` (default "auto": lists this long are summed in blocks of
-`tfapprox.ops.PAIR_BLOCK` columns; "dense" builds the [B, L, L] pairs, tens of GB here).
+`tfapprox.pair_sums.PAIR_BLOCK` columns; "dense" builds the [B, L, L] pairs, tens of GB here).
 
 Each case runs in a fresh Python subprocess, so its peak resident memory is its own: peak RSS is
 `resource.getrusage(RUSAGE_SELF).ru_maxrss` at the end, "before" the same just before the first

@@ -16,8 +16,8 @@ adds the share of this machine's limit: pairs/s (lists/s × list size²) over th
 that `benchmarks/limits.py` measures in the same run (a fused forward pass that evaluates each
 pair's σ once, so a forward+backward pass at 100 % would be as cheap as that forward alone).
 
-The path column says which of `tfapprox.ops`' compiled-mode choices each loss took, read from a
-separate traced call (the timed ones are not instrumented): lists ordered by counting or by a
+The path column says which of `tfapprox.pair_sums`' compiled-mode choices each loss took, read
+from a separate traced call (the timed ones are not instrumented): lists ordered by counting or by a
 sort (`COUNTED_ORDER_UP_TO`: static list sizes up to it, under XLA), and pair exponentials from
 per-document factors or one per pair (`FACTORED_EXPONENTIALS`, under XLA; factors only where every
 list spans at most 2·EXP_LIMIT, so the share of calls that fit is given). Both were chosen from
@@ -38,7 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from tfapprox import losses, ops as rank_ops  # noqa: E402
+from tfapprox import losses, pair_sums  # noqa: E402
 from limits import pairs_per_second  # noqa: E402
 from tfranking_losses import ROUNDS, SIZES, GradientTimer, make_inputs  # noqa: E402
 
@@ -85,16 +85,16 @@ class TFRankingServer:
 
 
 def paths_taken(loss, inputs, jit_compile):
-    """Returns which `tfapprox.ops` paths a forward+backward pass of `loss` on `inputs` takes.
+    """Returns which `tfapprox.pair_sums` paths a forward+backward pass of `loss` on `inputs` takes.
 
     The helpers that choose are wrapped while one `GradientTimer` traces and calls its step in a
     graph that XLA does not compile but that takes XLA's paths when `jit_compile`
-    (`_compiled_by_xla` answers so), where the wrappers can read the values they see.
+    (`compiled_by_xla` answers so), where the wrappers can read the values they see.
     """
     orders, fitted, unfactored = [], [], []
-    counted_order_applies = rank_ops._counted_order_applies
-    factored_or_per_pair = rank_ops._factored_or_per_pair
-    dense_sigmoid_sums = rank_ops._dense_sigmoid_sums
+    counted_order_applies = pair_sums.counted_order_applies
+    factored_or_per_pair = pair_sums._factored_or_per_pair
+    dense_sigmoid_sums = pair_sums._dense_sigmoid_sums
 
     def order(values):
         orders.append(counted_order_applies(values))
@@ -108,15 +108,15 @@ def paths_taken(loss, inputs, jit_compile):
         unfactored.append(jit_compile and not factored)
         return dense_sigmoid_sums(values, weights, factored)
 
-    with mock.patch.object(rank_ops, "_compiled_by_xla", lambda: jit_compile), \
-            mock.patch.object(rank_ops, "_counted_order_applies", order), \
-            mock.patch.object(rank_ops, "_factored_or_per_pair", exponentials), \
-            mock.patch.object(rank_ops, "_dense_sigmoid_sums", sigmoid_sums):
+    with mock.patch.object(pair_sums, "compiled_by_xla", lambda: jit_compile), \
+            mock.patch.object(pair_sums, "counted_order_applies", order), \
+            mock.patch.object(pair_sums, "_factored_or_per_pair", exponentials), \
+            mock.patch.object(pair_sums, "_dense_sigmoid_sums", sigmoid_sums):
         GradientTimer(loss, *inputs, 0.0, jit_compile=False)
     found = []
     if orders:
         found.append("counted order" if all(orders) else "sorted")
-    if fitted and not rank_ops.FACTORED_EXPONENTIALS:
+    if fitted and not pair_sums.FACTORED_EXPONENTIALS:
         found.append("per-pair exps")
     elif fitted:
         found.append("factored exps" if all(fitted) else
@@ -177,14 +177,15 @@ def main():
                         help="time tfapprox alone (no side venv)")
     parser.add_argument("--loss", nargs="+", choices=sorted(losses.LOSSES),
                         default=list(losses.LOSSES), help="losses to time (default: all)")
-    parser.add_argument("--counted-order-up-to", type=int, default=rank_ops.COUNTED_ORDER_UP_TO,
+    parser.add_argument("--counted-order-up-to", type=int, default=pair_sums.COUNTED_ORDER_UP_TO,
                         help="under XLA, order lists of a static size up to this by counting "
-                        f"instead of sorting (default {rank_ops.COUNTED_ORDER_UP_TO}; 0 always sorts)")
+                        "instead of sorting (default "
+                        f"{pair_sums.COUNTED_ORDER_UP_TO}; 0 always sorts)")
     parser.add_argument("--per-pair-exps", action="store_true",
                         help="under XLA, one exp per pair instead of per-document factors")
     args = parser.parse_args()
-    rank_ops.COUNTED_ORDER_UP_TO = args.counted_order_up_to
-    rank_ops.FACTORED_EXPONENTIALS = not args.per_pair_exps
+    pair_sums.COUNTED_ORDER_UP_TO = args.counted_order_up_to
+    pair_sums.FACTORED_EXPONENTIALS = not args.per_pair_exps
     server = None if args.no_tfranking else TFRankingServer(args.round_seconds, args.jit)
     rows = measure(args.round_seconds, args.jit, server, args.loss)
     pair_limit = pairs_per_second("sigmoid", args.round_seconds)
@@ -195,8 +196,8 @@ def main():
                    f"{server.versions['tensorflow']}")
     compiled = "XLA" if args.jit else "tf.function"
     if args.jit:
-        compiled += (f"; counted order up to list size {rank_ops.COUNTED_ORDER_UP_TO}, "
-                     f"{'factored' if rank_ops.FACTORED_EXPONENTIALS else 'per-pair'} exps")
+        compiled += (f"; counted order up to list size {pair_sums.COUNTED_ORDER_UP_TO}, "
+                     f"{'factored' if pair_sums.FACTORED_EXPONENTIALS else 'per-pair'} exps")
     print(f"Forward+backward lists/s ({compiled}, float32, CPU, {os.cpu_count()} cores, fastest "
           f"of {ROUNDS} rounds): tfapprox on TensorFlow {tf.__version__}{against}. Pair "
           f"limit (benchmarks/limits.py, same run): {pair_limit / 1e9:.2f} G sigmoid pairs/s.\n")

@@ -1,4 +1,4 @@
-"""benchmarks/losses.py names the compiled-mode paths of tfapprox.ops that each loss takes."""
+"""benchmarks/losses.py names the compiled-mode paths of tfapprox.pair_sums that each loss takes."""
 
 import re
 import sys
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from tfapprox import losses, ops as rank_ops
+from tfapprox import losses, pair_sums
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from losses import paths_taken  # noqa: E402  (benchmarks/losses.py)
@@ -19,7 +19,7 @@ def test_orders_are_counted_up_to_the_set_list_size(monkeypatch):
     assert paths_taken(listmle, make_inputs(10, 4), jit_compile=True) == "counted order"
     assert paths_taken(listmle, make_inputs(200, 2), jit_compile=True) == "sorted"
     assert paths_taken(listmle, make_inputs(10, 4), jit_compile=False) == "sorted"
-    monkeypatch.setattr(rank_ops, "COUNTED_ORDER_UP_TO", 0)
+    monkeypatch.setattr(pair_sums, "COUNTED_ORDER_UP_TO", 0)
     assert paths_taken(listmle, make_inputs(10, 4), jit_compile=True) == "sorted"
 
 
@@ -30,7 +30,7 @@ def test_factored_exponentials_where_lists_fit_them(monkeypatch):
     wide = paths_taken(approx_ndcg, (labels, scores * 100.0), jit_compile=True)
     assert re.fullmatch(r"factored exps in 0/\d+ calls, else per pair", wide)
     assert paths_taken(approx_ndcg, (labels, scores), jit_compile=False) == "no compiled-mode choice"
-    monkeypatch.setattr(rank_ops, "FACTORED_EXPONENTIALS", False)
+    monkeypatch.setattr(pair_sums, "FACTORED_EXPONENTIALS", False)
     assert paths_taken(approx_ndcg, (labels, scores), jit_compile=True) == "per-pair exps"
 
 
@@ -44,6 +44,6 @@ def test_per_pair_exponentials_give_the_factored_values(monkeypatch, name):
         return [np.asarray(t) for t in timer.step(labels, scores)]
 
     factored = value_and_gradient()
-    monkeypatch.setattr(rank_ops, "FACTORED_EXPONENTIALS", False)
+    monkeypatch.setattr(pair_sums, "FACTORED_EXPONENTIALS", False)
     for per_pair, expected in zip(value_and_gradient(), factored):
         np.testing.assert_allclose(per_pair, expected, rtol=1e-5, atol=1e-6)

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import COMPILE_MODES, loss_and_grad, random_batch, registered, to_numpy
 from tfapprox import losses
-from tfapprox import ops as rank_ops
+from tfapprox import pair_sums
 
 ALL_LOSSES = [
     losses.ApproxNDCGLoss(),
@@ -279,7 +279,7 @@ PAIRWISE_LOSSES = {  # pairwise -> a loss whose pair sums are dense or blocked a
 def test_pairs_summed_in_blocks_give_the_dense_loss_and_gradient(name, mode, rng, monkeypatch):
     """Blocks of 4 columns over lists of 11 (the last block padded), with padded documents, NaN
     in a padded slot and, in the last list, score gaps up to 2e4."""
-    monkeypatch.setattr(rank_ops, "PAIR_BLOCK", 4)
+    monkeypatch.setattr(pair_sums, "PAIR_BLOCK", 4)
     labels, scores = random_batch(rng, batch=4, list_size=11, pad_fraction=0.3)
     labels[:, 0], labels[:, -1] = 3.0, -1.0
     scores[:, -1], scores[-1] = np.nan, rng.uniform(-1e4, 1e4, size=11)
@@ -295,8 +295,8 @@ def test_auto_blocks_by_list_size_when_it_is_known_only_at_run_time(mode, rng, m
     """Above BLOCKED_ABOVE = 8, lists of 13 are summed in blocks of 4 and lists of 6 densely; on
     TensorFlow graphs traced for [None, None] inputs choose with ops.cond, when they run. (Eager,
     the list size is always known: `test_auto_sums_pairs_in_blocks_above_blocked_above`.)"""
-    monkeypatch.setattr(rank_ops, "PAIR_BLOCK", 4)
-    monkeypatch.setattr(rank_ops, "BLOCKED_ABOVE", 8)
+    monkeypatch.setattr(pair_sums, "PAIR_BLOCK", 4)
+    monkeypatch.setattr(pair_sums, "BLOCKED_ABOVE", 8)
     for list_size in (6, 13):
         labels, scores = random_batch(rng, batch=3, list_size=list_size, pad_fraction=0.2)
         labels[:, 0] = 2.0

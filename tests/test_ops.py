@@ -1,4 +1,5 @@
-"""The ranking math in tfapprox.ops: ranks, gains, discounts, ideal DCG, stability."""
+"""The ranking math in tfapprox.ops (ranks, gains, discounts, ideal DCG, stability) and the pair
+sums of tfapprox.pair_sums (dense or blocked, factored or per pair)."""
 
 import gc
 import math
@@ -10,6 +11,7 @@ from keras import ops
 
 from conftest import COMPILE_MODES, backend, loss_and_grad, to_numpy
 from tfapprox import ops as rank_ops
+from tfapprox import pair_sums
 
 
 def test_exact_ranks_sort_descending_and_keep_list_order_on_ties():
@@ -120,11 +122,11 @@ def test_safe_divide_has_finite_gradient_at_zero():
 
 def test_auto_sums_pairs_in_blocks_above_blocked_above():
     def pick(list_size, pairwise="auto"):
-        return rank_ops._dense_or_blocked(pairwise, np.zeros((1, list_size), np.float32),
+        return pair_sums._dense_or_blocked(pairwise, np.zeros((1, list_size), np.float32),
                                            lambda: "dense", lambda: "blocked")
 
-    assert pick(rank_ops.BLOCKED_ABOVE) == "dense" and pick(1000) == "dense"
-    assert pick(rank_ops.BLOCKED_ABOVE + 1) == "blocked"
+    assert pick(pair_sums.BLOCKED_ABOVE) == "dense" and pick(1000) == "dense"
+    assert pick(pair_sums.BLOCKED_ABOVE + 1) == "blocked"
     assert pick(5000, "dense") == "dense" and pick(3, "blocked") == "blocked"
     with pytest.raises(ValueError, match="`pairwise` must be one of"):
         pick(3, "sparse")
@@ -134,9 +136,9 @@ PAIR_SUMS = {  # pairwise -> a loss_fn(labels, scores) on each blocked sum, with
     "approx_ranks": lambda mask, labels, weights, pairwise: lambda y, s: (
         rank_ops.approx_ranks(s, mask, 3.0, pairwise) * weights),
     "sigmoid_pair_sums": lambda mask, labels, weights, pairwise: lambda y, s: (
-        rank_ops.sigmoid_pair_sums(2.0 * s, weights, pairwise) * (1.0 + s)),
+        pair_sums.sigmoid_pair_sums(2.0 * s, weights, pairwise) * (1.0 + s)),
     "logistic_pair_sums": lambda mask, labels, weights, pairwise: lambda y, s: (
-        rank_ops.logistic_pair_sums(s, labels, mask, pairwise) * weights),
+        pair_sums.logistic_pair_sums(s, labels, mask, pairwise) * weights),
     "ideal_positions": lambda mask, labels, weights, pairwise: lambda y, s: (  # not graded
         rank_ops.ideal_positions(labels + 0.5, mask, pairwise) * s * mask),
 }
@@ -146,7 +148,7 @@ PAIR_SUMS = {  # pairwise -> a loss_fn(labels, scores) on each blocked sum, with
 @pytest.mark.parametrize("name", sorted(PAIR_SUMS))
 def test_pair_sums_in_blocks_equal_dense_values_and_gradients(name, mode, rng, monkeypatch):
     """Blocks of 4 columns over lists of 11 (the last block padded), with padded documents."""
-    monkeypatch.setattr(rank_ops, "PAIR_BLOCK", 4)
+    monkeypatch.setattr(pair_sums, "PAIR_BLOCK", 4)
     labels = rng.integers(0, 4, size=(3, 11)).astype(np.float32)
     mask = rng.random((3, 11)) > 0.3
     weights = rng.random((3, 11)).astype(np.float32) * mask
@@ -169,7 +171,7 @@ def test_an_eager_tape_keeps_no_block_of_pairs_alive(name, pair_function, rng, m
         pytest.skip("only TensorFlow records eager operations on a tape")
     import tensorflow as tf
 
-    monkeypatch.setattr(rank_ops, "PAIR_BLOCK", 4)
+    monkeypatch.setattr(pair_sums, "PAIR_BLOCK", 4)
     blocks, pairs_of = [], getattr(ops, pair_function)
     monkeypatch.setattr(ops, pair_function, lambda x: blocks.append(pairs_of(x)) or blocks[-1])
     labels = rng.integers(0, 4, size=(3, 11)).astype(np.float32)
@@ -199,7 +201,7 @@ def test_dense_logistic_pair_sums_match_float64(spread, size, mode, rng):
     mask = rng.random((2, size)) > 0.2
     scores = (rng.normal(size=(2, size)) * spread).astype(np.float32)
     value, grad = loss_and_grad(
-        lambda y, s: rank_ops.logistic_pair_sums(s, labels, mask, "dense")
+        lambda y, s: pair_sums.logistic_pair_sums(s, labels, mask, "dense")
         * np.arange(1, size + 1), None, scores, mode)
     s, expected, expected_grad = scores.astype(np.float64), 0.0, np.zeros((2, size))
     for b, k, j in np.ndindex(2, size, size):
@@ -224,7 +226,7 @@ def test_dense_sigmoid_pair_sums_match_float64(spread, factored, mode, rng):
     weights = (rng.random((3, 10)) * (rng.random((3, 10)) < 0.8)).astype(np.float32)
     upstream = 1.0 + np.arange(10.0)
     value, grad = loss_and_grad(
-        lambda y, s: rank_ops.sigmoid_pair_sums(s, weights, "dense", factored) * upstream,
+        lambda y, s: pair_sums.sigmoid_pair_sums(s, weights, "dense", factored) * upstream,
         None, values, mode)
     v, w = values.astype(np.float64), weights.astype(np.float64)
     sigmoid = 1.0 / (1.0 + np.exp(v[:, :, None] - v[:, None, :]))  # [b, k, j] = σ(v_j − v_k)
@@ -259,7 +261,7 @@ def test_ideal_positions_count_graded_labels_and_compare_others(label_step, pair
                                                                  monkeypatch):
     """Graded labels are counted per grade, others compared pairwise (in blocks of 4 columns
     when blocked): both give 1 + #{real y: l_y > l_x}, and 1 + #real on padded slots."""
-    monkeypatch.setattr(rank_ops, "PAIR_BLOCK", 4)
+    monkeypatch.setattr(pair_sums, "PAIR_BLOCK", 4)
     rng = np.random.default_rng(5)
     labels = (rng.integers(0, 5, size=(4, 11)) * label_step).astype(np.float32)
     mask = rng.random((4, 11)) < 0.8

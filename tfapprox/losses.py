@@ -43,6 +43,7 @@ from keras import ops
 from tfapprox import direct_ops
 from tfapprox import measures
 from tfapprox import ops as rank_ops
+from tfapprox import pair_sums
 
 _REDUCTIONS = ("sum_over_batch_size", "mean", "sum", "none", None)
 
@@ -64,8 +65,8 @@ def _check_cutoff(name, value, allow_none=True):
 
 
 def _check_pairwise(value):
-    if value not in rank_ops.PAIRWISE_MODES:
-        raise ValueError(f"`pairwise` must be one of {rank_ops.PAIRWISE_MODES}; got {value!r}")
+    if value not in pair_sums.PAIRWISE_MODES:
+        raise ValueError(f"`pairwise` must be one of {pair_sums.PAIRWISE_MODES}; got {value!r}")
     return value
 
 
@@ -146,9 +147,10 @@ class ApproxNDCGLoss(RankingLoss):
         topk: optional cut-off k.
         beta: slope β of the truncation sigmoid (Qin et al. search 1…100); used with `topk` only.
         pairwise: "auto" (default), "dense" or "blocked": how the sums over pairs are computed.
-            Blocked, in `tfapprox.ops.PAIR_BLOCK` (256) columns at a time with a backward pass
-            that recomputes each block: O(B·L·256) memory instead of O(B·L²). "auto" blocks
-            lists longer than `tfapprox.ops.BLOCKED_ABOVE` (1024), at run time if L is None.
+            Blocked, in `tfapprox.pair_sums.PAIR_BLOCK` (256) columns at a time with a backward
+            pass that recomputes each block: O(B·L·256) memory instead of O(B·L²). "auto" blocks
+            lists longer than `tfapprox.pair_sums.BLOCKED_ABOVE` (1024), at run time if L is
+            None.
     A list contributes when it has a document with label > 0.
     """
 
@@ -259,7 +261,7 @@ class RankNetLoss(RankingLoss):
         return ops.ones_like(labels), ops.ones(ops.shape(labels)[:1])
 
     def per_list(self, labels, mask, scores):
-        as_upper = rank_ops.logistic_pair_sums(scores, labels, mask, self.pairwise)
+        as_upper = pair_sums.logistic_pair_sums(scores, labels, mask, self.pairwise)
         weights, normaliser = self.pair_weights(labels, mask)
         total = ops.sum(as_upper * weights, axis=-1)
         return rank_ops.safe_divide(total, normaliser), rank_ops.has_label_pairs(labels, mask)

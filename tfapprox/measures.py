@@ -13,6 +13,7 @@ document) get 0, and `tfapprox.ops.count_per_list` of the relevance tells caller
 from keras import ops
 
 from tfapprox import ops as rank_ops
+from tfapprox import pair_sums
 
 
 class Positions:
@@ -32,7 +33,7 @@ class Positions:
     @classmethod
     def smooth(cls, scores, mask, alpha, beta, pairwise="auto"):
         """Smooth positions π̂(x) (Qin eq. 20) with sigmoid indicators of slope `beta`; pairwise
-        sums dense or in blocks as `pairwise` says (`tfapprox.ops.PAIRWISE_MODES`)."""
+        sums dense or in blocks as `pairwise` says (`tfapprox.pair_sums.PAIRWISE_MODES`)."""
         return cls(rank_ops.approx_ranks(scores, mask, alpha, pairwise), mask, beta, pairwise)
 
     def in_top(self, k):
@@ -51,8 +52,8 @@ class Positions:
         """
         if self.beta is not None:
             positions = -self.beta * self.ranks  # span β·(L − 1): fits 174 only in short lists
-            return (rank_ops.sigmoid_pair_sums(positions, relevance, self.pairwise,
-                                               factored=False) - 0.5 * relevance)
+            return (pair_sums.sigmoid_pair_sums(positions, relevance, self.pairwise,
+                                                factored=False) - 0.5 * relevance)
         place = ops.cast(self.ranks, "int32") - 1
         by_rank = ops.take_along_axis(relevance, ops.argsort(place, axis=-1), axis=-1)
         before = ops.cumsum(by_rank, axis=-1) - by_rank

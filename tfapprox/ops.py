@@ -1,9 +1,10 @@
 """Ranking math shared by losses and metrics: input standardisation, ranks, gains, discounts.
 
 Everything here is written with `keras.ops`, so it runs on the TensorFlow, JAX and PyTorch
-backends (one documented TensorFlow fallback: `_one_step_at_a_time`). Tensors are
-`[batch, list_size]` unless a docstring says otherwise; `mask` is True on real documents and False
-on padded slots. No function here lets a padded slot enter a sum.
+backends. Tensors are `[batch, list_size]` unless a docstring says otherwise; `mask` is True on
+real documents and False on padded slots. No function here lets a padded slot enter a sum.
+This module says what is computed; how the pairwise sums, counts and orders are made fast (dense
+or blocked, custom gradients, XLA work-arounds) is `tfapprox.pair_sums`.
 """
 
 import sys
@@ -12,7 +13,9 @@ import keras
 import numpy as np
 from keras import ops
 
-COMPUTE_DTYPE = "float32"
+from tfapprox import pair_sums
+from tfapprox.pair_sums import COMPUTE_DTYPE
+
 
 
 def _static_shape(x):
@@ -129,265 +132,11 @@ def _shapes_compatible(a, b):
     return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
 
 
-# Pairwise sums (Σ_j f(x_k, x_j) for every k) over lists longer than BLOCKED_ABOVE documents are
-# computed PAIR_BLOCK columns at a time, forward and backward (pairwise="auto"): memory
-# O(B·L·PAIR_BLOCK) instead of O(B·L²). "dense" and "blocked" force either way.
-PAIRWISE_MODES = ("auto", "dense", "blocked")
-BLOCKED_ABOVE = 1024
-PAIR_BLOCK = 256
-
-
-def _dense_or_blocked(pairwise, like, dense, blocked):
-    """Returns `dense()` or `blocked()`, as `pairwise` says; "auto" takes `blocked()` for lists
-    of `like` [B, L] longer than BLOCKED_ABOVE: chosen when tracing if L is static, else when
-    the graph runs."""
-    if pairwise == "auto":
-        list_size = like.shape[1]
-        if list_size is None:
-            return ops.cond(ops.shape(like)[1] > BLOCKED_ABOVE, blocked, dense)
-        pairwise = "blocked" if list_size > BLOCKED_ABOVE else "dense"
-    if pairwise not in PAIRWISE_MODES:
-        raise ValueError(f"`pairwise` must be one of {PAIRWISE_MODES}; got {pairwise!r}")
-    return blocked() if pairwise == "blocked" else dense()
-
-
-def _sum_over_column_blocks(block_sums, columns, fills):
-    """Returns Σ_J block_sums([c[:, J] for c in columns]) over blocks J of PAIR_BLOCK columns.
-
-    `columns` are `[B, L]`; they are padded with `fills` to a whole number of blocks, and
-    `block_sums` must give 0 for a padded column. It returns `[B, L]` row sums over one block's
-    `[B, L, PAIR_BLOCK]` pairs, so one block of pairs is alive at a time. The loop runs with a
-    `None` list dimension (a while loop in a TensorFlow graph, which XLA compiles too).
-    """
-    batch_size, list_size = ops.shape(columns[0])
-    num_blocks = (list_size + PAIR_BLOCK - 1) // PAIR_BLOCK
-    padding = ((0, 0), (0, num_blocks * PAIR_BLOCK - list_size))
-    padded = [ops.pad(column, padding, constant_values=fill)
-              for column, fill in zip(columns, fills)]
-
-    def add_block(index, total):
-        start = (0, index * PAIR_BLOCK)
-        return total + block_sums(
-            [ops.slice(column, start, (batch_size, PAIR_BLOCK)) for column in padded])
-
-    return _one_step_at_a_time(num_blocks, add_block,
-                               ops.zeros_like(columns[0], dtype=COMPUTE_DTYPE))
-
-
-def _one_step_at_a_time(num_steps, body, initial):
-    """Returns `ops.fori_loop(0, num_steps, body, initial)`, its steps never overlapping.
-
-    Backend fallback: a TensorFlow graph runs up to 10 steps of a while loop at once (each with
-    its own block of pairs: 1.6 GB instead of 1.1 GB peak for a list of 60,000), so on
-    TensorFlow the loop is `tf.while_loop(parallel_iterations=1)`. JAX, XLA and eager loops run
-    one step at a time anyway.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return ops.fori_loop(0, num_steps, body, initial)
-    import tensorflow as tf
-
-    return tf.while_loop(lambda step, value: step < num_steps,
-                         lambda step, value: (step + 1, body(step, value)),
-                         (0, initial), parallel_iterations=1)[1]
-
-
-def _pair_sums(row_sums, row_sum_gradients, dense_sums, values, constants, fills, pairwise):
-    """Returns R_k = Σ_j f(values, constants; k, j), `[B, L]`, differentiable in `values`.
-
-    Dense, `dense_sums(values, *constants)` gives the row sums over the whole list and a function
-    of the upstream gradient that returns Σ_k upstream_k·∂R_k/∂values, from what the forward
-    pass kept (each pair's function evaluated once). Blocked, `row_sums(*rows, *columns)` gives
-    the row sums over the given columns and `row_sum_gradients(*rows, upstream, *columns,
-    column_upstream)` the part of that gradient those columns contribute, both from `[B, L]`
-    rows and `[B, J]` columns of (values, *constants); both are summed over column blocks
-    (padded with `fills`, then 0 for the upstream) and the backward pass recomputes each block.
-    `constants` get no gradient.
-    """
-    constants = [ops.stop_gradient(constant) for constant in constants]
-
-    def with_gradient(forward_and_gradient):
-        @ops.custom_gradient
-        def sums(*inputs):  # the constants are inputs too: captured, they break inside ops.cond
-            total, values_gradient = forward_and_gradient(*inputs)
-
-            def gradient(*args, upstream=None):
-                upstream = args[0] if upstream is None else upstream
-                return (values_gradient(upstream),
-                        *[ops.zeros_like(constant) for constant in inputs[1:]])
-
-            return total, gradient
-
-        return sums(values, *constants)
-
-    def blocked_sums(*rows):
-        # From rows cut off from every tape: an eager tf.GradientTape would otherwise record the
-        # blocks and keep each one's pairs while it lives (O(B·L²) in all), though the gradient
-        # recomputes them. JAX has no tape; graphs free them anyway.
-        fixed = [ops.stop_gradient(row) for row in rows]
-        total = _sum_over_column_blocks(lambda columns: row_sums(*fixed, *columns), fixed, fills)
-
-        def gradient(upstream):
-            # ties upstream's `None` dimensions to the rows': XLA cannot slice it otherwise when
-            # it comes from another pair sum's matmul (ApproxAP's truncation)
-            upstream = ops.reshape(upstream, ops.shape(rows[0]))
-            return _sum_over_column_blocks(
-                lambda columns: row_sum_gradients(*rows, upstream, *columns),
-                (*rows, upstream), (*fills, 0.0))
-
-        return total, gradient
-
-    return _dense_or_blocked(pairwise, values, lambda: with_gradient(dense_sums),
-                             lambda: with_gradient(blocked_sums))
-
-
-def _differences(values, column_values):
-    """Returns `[B, K, J]`: entry `[b, k, j]` = v_j − v_k."""
-    return ops.expand_dims(column_values, 1) - ops.expand_dims(values, 2)
-
-
-def _weighted_sigmoid_sums(values, weights, column_values, column_weights):
-    """Σ_j w_j σ(v_j − v_k) for each row k."""
-    sigmoid = ops.sigmoid(_differences(values, column_values))
-    return ops.sum(sigmoid * ops.expand_dims(column_weights, 1), axis=-1)
-
-
-def _weighted_sigmoid_sum_gradients(values, weights, upstream, column_values, column_weights,
-                                    column_upstream):
-    """∂/∂v_k of Σ_i g_i Σ_j w_j σ(v_j − v_i), restricted to the columns j:
-    Σ_j σ'(v_j − v_k)·(w_k·g_j − g_k·w_j), with σ' = σ(1 − σ) even."""
-    sigmoid = ops.sigmoid(_differences(values, column_values))
-    slope = sigmoid * (1.0 - sigmoid)
-    return (weights * ops.sum(slope * ops.expand_dims(column_upstream, 1), axis=-1)
-            - upstream * ops.sum(slope * ops.expand_dims(column_weights, 1), axis=-1))
-
-
-# e^x is a normal float32 for |x| ≤ EXP_LIMIT (e^88.8 overflows, e^−87.4 is subnormal).
-EXP_LIMIT = 87.0
-
-
-def _only_if(needed, compute, *inputs):
-    """Returns `compute(*inputs)` where the bool scalar `needed` is True, else zeros like the
-    first input.
-
-    It runs in a loop of 0 or 1 steps, not in an `ops.cond`: XLA turns a conditional whose
-    branches are plain arithmetic into a select that evaluates both. Each input is given plus
-    0·step, so that XLA cannot hoist any of the work out of the loop either.
-    """
-    def step_once(step, _):
-        return compute(*[x + 0.0 * ops.cast(step, x.dtype) for x in inputs])
-
-    return ops.fori_loop(0, ops.cast(needed, "int32"), step_once, ops.zeros_like(inputs[0]))
-
-
-def _first_or_fallback(use_first, first, fallback, *inputs):
-    """Returns `first(*inputs)` where the bool scalar `use_first` is True, else
-    `fallback(*inputs)`, the latter computed only for batches that need it (`_only_if`)."""
-    return ops.where(use_first, first(*inputs),
-                     _only_if(ops.logical_not(use_first), fallback, *inputs))
-
-
-# Under XLA, pair exponentials come from per-document factors where the lists fit them (measured
-# faster on CPU); False takes one exp per pair everywhere, to compare on another device.
-FACTORED_EXPONENTIALS = True
-
-
-def _factored_or_per_pair(fits, of, by_factors, by_pairs, *inputs):
-    """Returns `of(by_factors, *inputs)` where the bool scalar `fits` is True, else
-    `of(by_pairs, *inputs)` (`_first_or_fallback`); always the latter without
-    FACTORED_EXPONENTIALS."""
-    if not FACTORED_EXPONENTIALS:
-        return of(by_pairs, *inputs)
-    return _first_or_fallback(fits, lambda *given: of(by_factors, *given),
-                              lambda *given: of(by_pairs, *given), *inputs)
-
-
-def _exponential_factors(values):
-    """Returns `(fits, above, below)`: whether every list spans at most 2·EXP_LIMIT (a bool
-    scalar), and e^{v − c}, e^{c − v} with c each list's mid-range, so that
-    e^{v_k − v_j} = above_k·below_j (the offsets are clipped to ±EXP_LIMIT: exact only where
-    `fits`). Both factors are normal floats, and a product of two is exact to a few ulps or
-    overflows to inf or underflows to 0 where the exact value would in float32."""
-    top = ops.max(values, axis=-1, keepdims=True, initial=float("-inf"))
-    bottom = ops.min(values, axis=-1, keepdims=True, initial=float("inf"))
-    center = ops.where(ops.isfinite(top + bottom), 0.5 * (top + bottom), 0.0)
-    offset = ops.clip(values - center, -EXP_LIMIT, EXP_LIMIT)
-    return ops.all(top - bottom <= 2.0 * EXP_LIMIT), ops.exp(offset), ops.exp(-offset)
-
-
-def _dense_sigmoid_sums(values, weights, factored=True):
-    """Σ_j w_j σ(v_j − v_k) over the whole list and its gradient
-    ∂/∂v_k = Σ_j σ'_kj·(w_k g_j − g_k w_j), σ' = σ(1 − σ) symmetric in (k, j).
-
-    Not compiled by XLA, each op is a pass over the [B, L, L] pairs: one sigmoid kernel, kept
-    for the backward pass (a matmul). Compiled by XLA (JAX; TensorFlow with jit_compile), where
-    the passes fuse and transcendental functions are the cost, each σ(v_j − v_k) is
-    1 / (1 + p), p = e^{v_k − v_j}. When every list of the batch spans at
-    most 2·EXP_LIMIT, p is a product of two per-document factors (`_exponential_factors`): two
-    exps per document instead of one per pair. Wider batches take one exp per pair as well
-    (`_only_if`); with `factored=False`, every batch does, without that test. The backward pass
-    rebuilds p instead of keeping a [B, L, L] tensor, and takes σ' as p·σ² (p capped at 1e30,
-    where σ' < 1e-30), accurate where σ is near 0 and near 1.
-    """
-    if not _compiled_by_xla():
-        sigmoid = ops.sigmoid(_differences(values, values))
-
-        def gradient_by_matmul(upstream):  # w_k·Σ_j σ'_kj g_j − g_k·Σ_j σ'_kj w_j
-            slope = sigmoid * (1.0 - sigmoid)
-            both = ops.matmul(slope, ops.stack([upstream, weights], axis=-1))
-            return weights * both[..., 0] - upstream * both[..., 1]
-
-        sums = ops.matmul(sigmoid, ops.expand_dims(weights, -1))[..., 0]  # reads σ once
-        return sums, gradient_by_matmul
-
-    fixed = ops.stop_gradient(values)
-    fits, above, below = _exponential_factors(fixed)
-
-    def by_factors(values):
-        del values  # the factors hold them
-        return ops.expand_dims(above, 2) * ops.expand_dims(below, 1)
-
-    def by_pairs(values):
-        return ops.exp(-_differences(values, values))
-
-    def sums(exponentials, values, weights):
-        return ops.sum(ops.expand_dims(weights, 1) / (1.0 + exponentials(values)), axis=-1)
-
-    def pulled_back(exponentials, values, weights, upstream):
-        ratio = ops.minimum(exponentials(values), 1e30)
-        sigmoid = 1.0 / (1.0 + ratio)
-        pair_upstream = (ops.expand_dims(weights, 2) * ops.expand_dims(upstream, 1)
-                         - ops.expand_dims(upstream, 2) * ops.expand_dims(weights, 1))
-        return ops.sum(ratio * sigmoid * sigmoid * pair_upstream, axis=-1)
-
-    def either(of, *inputs):
-        if not factored:
-            return of(by_pairs, fixed, *inputs)
-        return _factored_or_per_pair(fits, of, by_factors, by_pairs, fixed, *inputs)
-
-    return either(sums, weights), lambda upstream: either(pulled_back, weights, upstream)
-
-
-def sigmoid_pair_sums(values, weights=None, pairwise="auto", factored=True):
-    """Returns S_k = Σ_j w_j σ(v_j − v_k) over every j of the list (j = k adds w_k/2), `[B, L]`.
-
-    `weights` (default all 1) get no gradient; a column of weight 0 adds exactly 0. Dense, it
-    takes two exps per document when every list spans at most 2·EXP_LIMIT, else one per pair
-    (`_dense_sigmoid_sums`); `factored=False` skips the first for values that seldom fit, such
-    as β·positions. Summed in blocks of columns with a recomputing backward pass for long lists
-    (`pairwise`, see PAIRWISE_MODES); padded block columns hold v = −inf, where σ and σ' are
-    exactly 0.
-    """
-    weights = ops.ones_like(values) if weights is None else weights
-    return _pair_sums(_weighted_sigmoid_sums, _weighted_sigmoid_sum_gradients,
-                      lambda values, weights: _dense_sigmoid_sums(values, weights, factored),
-                      values, (weights,), (float("-inf"), 0.0), pairwise)
-
-
 def approx_ranks(scores, mask, alpha, pairwise="auto"):
     """Returns the smooth positions π̂(x) = 1 + Σ_{y≠x, y real} σ(α(s_y − s_x)) (Qin et al. eq. 20).
 
-    π̂ = ½ + `sigmoid_pair_sums` weighted by the mask (its y = x term is σ(0) = ½), so padded
-    documents add exactly 0 to every sum, and long lists are summed in blocks (`pairwise`).
+    π̂ = ½ + `pair_sums.sigmoid_pair_sums` weighted by the mask (its y = x term is σ(0) = ½), so
+    padded documents add exactly 0 to every sum, and long lists are summed in blocks (`pairwise`).
     Padded slots hold the list's lowest real scaled score (no gradient), so they do not widen the
     list's span; their own π̂ is meaningless and no measure reads it. σ saturates cleanly, so
     |α·Δs| up to 1e4 and beyond gives finite values and gradients.
@@ -396,7 +145,7 @@ def approx_ranks(scores, mask, alpha, pairwise="auto"):
     lowest = ops.min(ops.where(mask, scaled, float("inf")), axis=-1, keepdims=True,
                      initial=float("inf"))
     scaled = ops.where(mask, scaled, ops.stop_gradient(ops.where(ops.isinf(lowest), 0.0, lowest)))
-    return 0.5 + sigmoid_pair_sums(scaled, ops.cast(mask, COMPUTE_DTYPE), pairwise)
+    return 0.5 + pair_sums.sigmoid_pair_sums(scaled, ops.cast(mask, COMPUTE_DTYPE), pairwise)
 
 
 def has_label_pairs(labels, mask):
@@ -404,148 +153,6 @@ def has_label_pairs(labels, mask):
     highest = ops.max(ops.where(mask, labels, float("-inf")), axis=-1, initial=float("-inf"))
     lowest = ops.min(ops.where(mask, labels, float("inf")), axis=-1, initial=float("inf"))
     return ops.greater(highest, lowest)
-
-
-def _logistic_sums(scores, ranked, column_scores, column_ranked):
-    """Σ_{j: l_k > l_j} ln(1 + e^{s_j − s_k}) for each row k (`ranked`: labels, NaN = no pair)."""
-    pairs = ops.greater(ops.expand_dims(ranked, 2), ops.expand_dims(column_ranked, 1))
-    return ops.sum(ops.where(pairs, ops.softplus(_differences(scores, column_scores)), 0.0),
-                   axis=-1)
-
-
-def _logistic_sum_gradients(scores, ranked, upstream, column_scores, column_ranked,
-                            column_upstream):
-    """∂/∂s_k of Σ_i g_i·(row i of `_logistic_sums`), restricted to the columns j:
-    Σ_j g_j·1{l_j > l_k}·σ(s_k − s_j) − g_k·1{l_k > l_j}·σ(s_j − s_k)."""
-    sigmoid = ops.sigmoid(_differences(scores, column_scores))  # σ(s_j − s_k)
-    ranked, column_ranked = ops.expand_dims(ranked, 2), ops.expand_dims(column_ranked, 1)
-    k_is_lower = ops.where(ops.greater(column_ranked, ranked),
-                           (1.0 - sigmoid) * ops.expand_dims(column_upstream, 1), 0.0)
-    k_is_upper = ops.where(ops.greater(ranked, column_ranked), sigmoid, 0.0)
-    return ops.sum(k_is_lower, axis=-1) - upstream * ops.sum(k_is_upper, axis=-1)
-
-
-def _log1p(x):
-    """ln(1 + x) for x ≥ 0, accurate to a few ulps with one `log` (Goldberg 1991, Thm. 4);
-    `ops.log1p` costs about twice as much under XLA on CPU."""
-    one_plus = 1.0 + x
-    rounds_to_one = ops.equal(one_plus, 1.0)
-    return ops.where(rounds_to_one, x,
-                     ops.log(one_plus) * (x / ops.where(rounds_to_one, 1.0, one_plus - 1.0)))
-
-
-def _dense_logistic_sums(scores, ranked):
-    """`_logistic_sums` over the whole list and its gradient.
-
-    With U_kj = 1{l_k > l_j}·σ(s_j − s_k), ∂/∂s_k = Σ_j U_jk g_j − g_k·Σ_j U_kj, one pass over
-    the pairs of row k. Not compiled by XLA, each op is a pass over the pairs, softplus and
-    sigmoid are one kernel each, and σ is kept for the backward pass (a matmul).
-
-    Compiled by XLA (JAX; TensorFlow with jit_compile), where the passes fuse and
-    transcendental functions are the cost: with d = s_j − s_k and e = e^{−|d|} ≤ 1,
-    ln(1 + e^d) = max(d, 0) + ln(1 + e), and one log serves LOG_CHUNK columns of a row,
-    Σ ln(1 + e) = ln Π(1 + e), the product kept as 1 + E with E ← a + b(1 + a), which holds
-    small e to a few ulps and stays below 2^LOG_CHUNK. e = min(e^d, e^{−d}) is a product of
-    per-document factors (`_exponential_factors`) when every list spans at most 2·EXP_LIMIT,
-    else one exp per pair (`_only_if`). The backward pass rebuilds p = e^d the same way and
-    takes σ(d) = p·q and 1 − σ(d) = q = 1/(1 + p) (p capped at 1e30, where σ rounds to 1),
-    keeping no [B, L, L] tensor.
-    """
-    if not _compiled_by_xla():
-        difference = _differences(scores, scores)
-        higher = ops.expand_dims(ranked, 2) > ops.expand_dims(ranked, 1)
-        upper = ops.where(higher, ops.sigmoid(difference), 0.0)
-
-        def gradient_by_matmul(upstream):  # (Uᵀg)_k − g_k·Σ_j U_kj
-            as_lower = ops.squeeze(ops.matmul(ops.expand_dims(upstream, 1), upper), axis=1)
-            return as_lower - upstream * ops.sum(upper, axis=-1)
-
-        return (ops.sum(ops.where(higher, ops.softplus(difference), 0.0), axis=-1),
-                gradient_by_matmul)
-
-    fixed = ops.stop_gradient(scores)
-    fits, above, below = _exponential_factors(fixed)
-    chunked = _in_log_chunks(ops.stack([above, below], axis=-1), 1.0)
-
-    def smalls_by_factors(difference):
-        del difference  # the factors hold it
-        return ops.minimum(ops.expand_dims(below, (1, 2)) * chunked[..., 0],
-                           ops.expand_dims(above, (1, 2)) * chunked[..., 1])
-
-    def smalls_by_pairs(difference):
-        return ops.exp(-ops.abs(difference))
-
-    def sums(smalls, scores, ranked):  # pairs [b, c, m, k]: column j = (c, m), row k last
-        difference = _in_log_chunks(scores, 0.0) - ops.expand_dims(scores, (1, 2))
-        higher = ops.expand_dims(ranked, (1, 2)) > _in_log_chunks(ranked, float("nan"))
-        small = ops.where(higher, smalls(difference), 0.0)
-        rise = ops.where(higher, ops.maximum(difference, 0.0), 0.0)
-        width = LOG_CHUNK
-        while width > 1:  # (1 + a)(1 + b) = 1 + (a + b(1 + a))
-            width //= 2
-            small = small[:, :, :width] + small[:, :, width:] * (1.0 + small[:, :, :width])
-            rise = rise[:, :, :width] + rise[:, :, width:]
-        return ops.sum(rise[:, :, 0] + _log1p(small[:, :, 0]), axis=1)
-
-    def ratios_by_factors(scores):
-        del scores  # the factors hold them
-        return ops.expand_dims(below, 2) * ops.expand_dims(above, 1)
-
-    def ratios_by_pairs(scores):
-        return ops.exp(_differences(scores, scores))
-
-    def gradient(ratios, scores, ranked, upstream):
-        ratio = ops.minimum(ratios(scores), 1e30)  # e^{s_j − s_k}
-        k_is_upper = ops.expand_dims(ranked, 2) > ops.expand_dims(ranked, 1)
-        k_is_lower = ops.expand_dims(ranked, 2) < ops.expand_dims(ranked, 1)
-        pulls = (ops.where(k_is_lower, ops.expand_dims(upstream, 1), 0.0)
-                 - ops.where(k_is_upper, ratio * ops.expand_dims(upstream, 2), 0.0))
-        return ops.sum(pulls / (1.0 + ratio), axis=-1)  # one reduction: one fused pass
-
-    return (_factored_or_per_pair(fits, sums, smalls_by_factors, smalls_by_pairs, fixed, ranked),
-            lambda upstream: _factored_or_per_pair(fits, gradient, ratios_by_factors,
-                                                   ratios_by_pairs, fixed, ranked, upstream))
-
-
-LOG_CHUNK = 8
-
-
-def _in_log_chunks(columns, fill):
-    """Returns `[B, L, ...]` columns as `[B, ⌈L/LOG_CHUNK⌉, LOG_CHUNK, 1, ...]` (chunk c holds
-    columns c·LOG_CHUNK, c·LOG_CHUNK + 1, …), padded with `fill`. Pairs laid out as
-    [b, c, m, k], rows k last, vectorise over the rows under XLA, whatever the list size."""
-    shape = ops.shape(columns)
-    chunks = (shape[1] + LOG_CHUNK - 1) // LOG_CHUNK
-    padding = [(0, 0), (0, chunks * LOG_CHUNK - shape[1])] + [(0, 0)] * (len(shape) - 2)
-    padded = ops.pad(columns, padding, constant_values=fill)
-    return ops.expand_dims(ops.reshape(padded, (shape[0], chunks, LOG_CHUNK, *shape[2:])), 3)
-
-
-def _compiled_by_xla():
-    """Whether the code being traced is compiled by XLA: always on JAX; on TensorFlow inside a
-    `tf.function(jit_compile=True)` (a TensorFlow-internal check, False if it is unavailable)."""
-    backend = keras.backend.backend()
-    if backend != "tensorflow":
-        return backend == "jax"
-    try:
-        from tensorflow.python.framework import ops as tf_ops
-        from tensorflow.python.ops import control_flow_util
-
-        return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
-    except (ImportError, AttributeError):
-        return False
-
-
-def logistic_pair_sums(scores, labels, mask, pairwise="auto"):
-    """Returns Σ_{j real: l_j < l_k} ln(1 + e^{−(s_k − s_j)}) for each real document k, `[B, L]`
-    (0 on padded ones): the RankNet loss of the pairs in which k is the upper document.
-
-    Summed in blocks of columns with a recomputing backward pass for long lists (`pairwise`).
-    A padded document's label is NaN inside, so it is in no pair (no comparison with NaN holds).
-    """
-    ranked = ops.where(mask, labels, float("nan"))
-    return _pair_sums(_logistic_sums, _logistic_sum_gradients, _dense_logistic_sums, scores,
-                      (ranked,), (0.0, float("nan")), pairwise)
 
 
 LOWEST_FLOAT32 = -3.4028234663852886e38
@@ -560,11 +167,11 @@ def exact_ranks(scores, mask):
     are measured. Padded slots take the positions after every real document (a real score of −inf
     counts as the lowest finite float, so it still ranks before them); no measure reads them.
     The positions are a permutation of 1..L. Under XLA, lists of a static size up to
-    COUNTED_ORDER_UP_TO are counted instead (`_descending_positions_by_counting`).
+    `tfapprox.pair_sums.COUNTED_ORDER_UP_TO` are counted instead.
     """
     keys = ops.where(mask, ops.maximum(scores, LOWEST_FLOAT32), float("-inf"))
-    if _counted_order_applies(keys):
-        return ops.cast(_descending_positions_by_counting(keys) + 1, COMPUTE_DTYPE)
+    if pair_sums.counted_order_applies(keys):
+        return ops.cast(pair_sums.descending_positions_by_counting(keys) + 1, COMPUTE_DTYPE)
     order = ops.argsort(-keys, axis=-1)
     return ops.cast(ops.argsort(order, axis=-1) + 1, COMPUTE_DTYPE)
 
@@ -612,7 +219,7 @@ def ideal_positions(labels, mask, pairwise="auto"):
     #{y: l_y > l_x} = n_{≥ l_x + 1}. Other labels take a pairwise count, dense or in blocks of
     columns as `pairwise` says (as the pair sums of the losses are), so a long list never holds
     its `[L, L]` comparisons at once; under XLA it runs only for batches that need it
-    (`_first_or_fallback`), elsewhere in an `ops.cond`.
+    (`tfapprox.pair_sums.first_or_fallback`), elsewhere in an `ops.cond`.
     """
     real_labels = ops.where(mask, labels, float("-inf"))
 
@@ -624,18 +231,11 @@ def ideal_positions(labels, mask, pairwise="auto"):
                        axis=-1)
 
     def by_pairs(real_labels):
-        def higher_in(columns):
-            higher = ops.greater(ops.expand_dims(columns, 1), ops.expand_dims(real_labels, 2))
-            return ops.sum(ops.cast(higher, COMPUTE_DTYPE), axis=-1)
-
-        return _dense_or_blocked(
-            pairwise, labels, lambda: higher_in(real_labels),
-            lambda: _sum_over_column_blocks(lambda columns: higher_in(columns[0]),
-                                            (real_labels,), (float("-inf"),)))
+        return pair_sums.higher_counts(real_labels, pairwise)
 
     graded = _all_graded(ops.where(mask, labels, 0.0))
-    if _compiled_by_xla():
-        return 1.0 + _first_or_fallback(graded, by_counting, by_pairs, real_labels)
+    if pair_sums.compiled_by_xla():
+        return 1.0 + pair_sums.first_or_fallback(graded, by_counting, by_pairs, real_labels)
     return 1.0 + ops.cond(graded, lambda: by_counting(real_labels), lambda: by_pairs(real_labels))
 
 
@@ -665,7 +265,7 @@ def ideal_dcg(labels, topk=None):
         grades = ops.cast(ops.arange(GRADES), COMPUTE_DTYPE)
         return ops.sum((cumulative[:, :-1] - cumulative[:, 1:]) * gains(grades), axis=-1)
 
-    if not _compiled_by_xla():
+    if not pair_sums.compiled_by_xla():
         return by_sorting()
     return ops.cond(_all_graded(labels), by_counting, by_sorting)
 
@@ -727,13 +327,14 @@ def plackett_luce_order(labels, mask, keys):
     label + key, which orders the same way exactly; other labels take two stable argsorts, by key
     and then by label (chosen at run time with `ops.cond`). TensorFlow's argsort goes through
     top_k, which keeps equal entries in order; jnp.argsort is stable. O(L log L); under XLA,
-    integer labels in lists of a static size up to COUNTED_ORDER_UP_TO are ordered by counting.
+    integer labels in lists of a static size up to `tfapprox.pair_sums.COUNTED_ORDER_UP_TO` are
+    ordered by counting.
     """
     sort_labels = ops.where(mask, labels, float("-inf"))
 
     def by_label_plus_key():
-        if _counted_order_applies(labels):
-            return _descending_order_by_counting(sort_labels + keys)
+        if pair_sums.counted_order_applies(labels):
+            return pair_sums.descending_order_by_counting(sort_labels + keys)
         return ops.argsort(-(sort_labels + keys), axis=-1)
 
     def by_key_then_label():
@@ -746,36 +347,6 @@ def plackett_luce_order(labels, mask, keys):
     return ops.cond(ops.all(ops.logical_or(small_integers, ops.logical_not(mask))),
                     by_label_plus_key, by_key_then_label)
 
-
-# Under XLA (whose sort is slow on CPU) lists of up to this static size are ordered by counting.
-COUNTED_ORDER_UP_TO = 128
-
-
-def _counted_order_applies(values):
-    """Whether `values` [B, L] are ordered by counting (`_descending_positions_by_counting`)."""
-    return (_compiled_by_xla() and values.shape[1] is not None
-            and values.shape[1] <= COUNTED_ORDER_UP_TO)
-
-
-def _descending_positions_by_counting(values):
-    """Returns the int32 0-based positions a stable descending sort gives each entry, in O(L²)
-    comparisons: #{y: v_y > v_x, or v_y = v_x and y before x}; NaN counts as −inf, so the
-    positions are a permutation. Under XLA on CPU, ListMLE's forward+backward ran 1.2× (list 10)
-    and 1.5× (list 100) faster with this than with its sort, and 0.4× at list 1000."""
-    values = ops.where(ops.isnan(values), float("-inf"), values)
-    index = ops.arange(ops.shape(values)[1])
-    value_k, value_j = ops.expand_dims(values, 2), ops.expand_dims(values, 1)  # [b, k, j]
-    ahead = ops.logical_or(value_j > value_k, ops.logical_and(
-        value_j == value_k, ops.expand_dims(index, 0) < ops.expand_dims(index, 1)))
-    return ops.sum(ops.cast(ahead, "int32"), axis=-1)
-
-
-def _descending_order_by_counting(values):
-    """Returns what a stable descending argsort of `values` does (NaN as −inf), by counting."""
-    index = ops.arange(ops.shape(values)[1])
-    placed = (ops.expand_dims(_descending_positions_by_counting(values), 1)
-              == ops.reshape(index, (1, -1, 1)))  # [b, position, document]
-    return ops.sum(ops.where(placed, ops.reshape(index, (1, 1, -1)), 0), axis=-1)
 
 
 def _add_next_block(width, high, total):

@@ -55,22 +55,29 @@ def wait_for_checkpoint(process, run_dir, epoch):
         time.sleep(0.05)
 
 
-def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
-    epochs = 8
+def signalled_run(tmp_path, epochs, signum, after_epoch):
+    """Starts a trainer on the tiny config and sends it `signum` once `after_epoch` epochs are
+    checkpointed; returns `(command, run_dir, exit status, stderr)` once it has ended."""
     config = write_config(tmp_path, epochs=epochs)
     run_dir = tmp_path / "run"
     command = trainer_command("--config", str(config), "--run-dir", str(run_dir))
     process = subprocess.Popen(command, cwd=tmp_path, env=run_env(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     try:
-        wait_for_checkpoint(process, run_dir, epoch=2)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=60)
+        wait_for_checkpoint(process, run_dir, epoch=after_epoch)
+        process.send_signal(signum)
+        _, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == -signal.SIGKILL
+    return command, run_dir, process.returncode, err
+
+
+def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
+    epochs = 8
+    command, run_dir, status, _ = signalled_run(tmp_path, epochs, signal.SIGKILL, after_epoch=2)
+    assert status == -signal.SIGKILL
     at_kill = checkpoint.load(run_dir).state
     assert 2 <= at_kill.epoch < epochs, "the kill must land mid-run"
 
@@ -88,20 +95,8 @@ def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
 
 
 def test_ctrl_c_is_one_line_and_leaves_a_resumable_run(tmp_path):
-    config = write_config(tmp_path, epochs=50)
-    run_dir = tmp_path / "run"
-    command = trainer_command("--config", str(config), "--run-dir", str(run_dir))
-    process = subprocess.Popen(command, cwd=tmp_path, env=run_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_checkpoint(process, run_dir, epoch=1)
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 130, err[-3000:]
+    _, run_dir, status, err = signalled_run(tmp_path, 50, signal.SIGINT, after_epoch=1)
+    assert status == 130, err[-3000:]
     epochs_done = checkpoint.load(run_dir).state.epoch
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == (

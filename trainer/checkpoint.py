@@ -17,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trainer import run_files
 
 FILENAME = "checkpoint.npz"
 
@@ -81,18 +82,9 @@ def save(run_dir: str | os.PathLike, checkpoint: Checkpoint) -> Path:
         arrays[f"{group}/count"] = np.array(len(values))
         for i, value in enumerate(values):
             arrays[f"{group}/{i}"] = np.asarray(value)
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz.tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)
-            os.fsync(f.fileno())
-        target = path_in(run_dir)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    target = path_in(run_dir)
+    run_files.replace_file(target, lambda f: np.savez(f, **arrays), prefix=".checkpoint-",
+                           suffix=".npz.tmp")
     _fsync_dir(run_dir)
     return target
 

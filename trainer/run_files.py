@@ -18,6 +18,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 MARKER = ".tfapprox-run"
 OWN_FILES = ("checkpoint.npz", "config.json", "results.json", "evaluation.json")
@@ -70,14 +71,23 @@ def check_claimed(run_dir: str | os.PathLike) -> Path:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Replaces `path` with `text` atomically: a new temporary file beside it, then a rename (which
+    """Replaces `path` with `text` (see `replace_file`)."""
+    replace_file(path, lambda handle: handle.write(text.encode()))
+
+
+def replace_file(path: Path, write: Callable[[BinaryIO], object], *, prefix: str | None = None,
+                 suffix: str = ".tmp") -> None:
+    """Replaces `path` atomically with what `write` puts in a binary file: a new temporary file
+    beside it (`<prefix>*<suffix>`, default `.<name>.*.tmp`), flushed to disk, then a rename (which
     replaces a symbolic link at `path` instead of writing through it)."""
     real_directory(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=prefix or f".{path.name}.", suffix=suffix, dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
             os.fchmod(handle.fileno(), 0o644)
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -70,14 +70,12 @@ import os
 import re
 import shutil
 import socket
-import stat
-import time
 import uuid
 
 import keras
 import numpy as np
 
-from tfapprox.files import is_running
+from tfapprox.files import remove_abandoned
 
 __all__ = ["PREDICT", "REGRESS", "SIGNATURES", "export_saved_model", "next_version"]
 
@@ -606,20 +604,6 @@ _STAGING_MAX_AGE_SECONDS = 24 * 3600
 
 
 def _remove_stale_staging(model_dir):
-    """Deletes the staging directories of killed exports: directories (not links) named as
-    `export_saved_model` names them whose writer on this host is no longer running, or that are
-    untouched for a day (another host's). Nothing else in `model_dir` is touched."""
-    for name in os.listdir(model_dir):
-        match = _STAGING_NAME.fullmatch(name)
-        if match is None:
-            continue
-        path = os.path.join(model_dir, name)
-        try:
-            status = os.lstat(path)
-        except FileNotFoundError:  # its export just finished or failed
-            continue
-        if not stat.S_ISDIR(status.st_mode):
-            continue
-        writer_gone = match["host"] == socket.gethostname() and not is_running(int(match["pid"]))
-        if writer_gone or time.time() - status.st_mtime > _STAGING_MAX_AGE_SECONDS:
-            shutil.rmtree(path, ignore_errors=True)
+    """Deletes the staging directories of killed exports: those whose writer on this host is no
+    longer running, or untouched for a day (another host's, or 0.1.0's, which name no writer)."""
+    remove_abandoned(model_dir, _STAGING_NAME, max_age_seconds=_STAGING_MAX_AGE_SECONDS)

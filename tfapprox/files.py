@@ -6,7 +6,12 @@ Shared by the converter, the synthetic data writer, export and the trainer's cac
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import shutil
+import socket
+import stat
+import time
 from pathlib import Path
 
 
@@ -50,3 +55,30 @@ def is_running(pid: int) -> bool:
     except PermissionError:  # running, as another user
         pass
     return True
+
+
+def remove_abandoned(directory: str | os.PathLike, name: re.Pattern,
+                     max_age_seconds: float | None = None) -> None:
+    """Deletes the staging directories in `directory` whose writer is gone.
+
+    A staging directory is a real directory (not a link) whose whole name matches `name`; the
+    pattern's groups `host` and `pid` name its writer. It is abandoned when that writer ran on this
+    host and no longer runs, or, with `max_age_seconds`, when it is untouched for longer (another
+    host's, or one that names no writer). Nothing else in `directory` is touched.
+    """
+    for entry in os.listdir(directory):
+        match = name.fullmatch(entry)
+        if match is None:
+            continue
+        path = os.path.join(directory, entry)
+        try:
+            status = os.lstat(path)
+        except FileNotFoundError:  # its writer just finished
+            continue
+        if not stat.S_ISDIR(status.st_mode):
+            continue
+        writer_gone = (match["host"] == socket.gethostname()
+                       and not is_running(int(match["pid"])))
+        too_old = max_age_seconds is not None and time.time() - status.st_mtime > max_age_seconds
+        if writer_gone or too_old:
+            shutil.rmtree(path, ignore_errors=True)

@@ -37,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from tfapprox.files import is_running
+from tfapprox.files import remove_abandoned
 from trainer.config import DataConfig
 
 EVAL_BATCH_SIZE = 64
@@ -359,8 +359,8 @@ def _publish(target: Path, write: Callable[[Path], Any]) -> None:
     directories of processes that no longer run (killed mid-conversion) are removed first.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_dead_temporaries(target.parent)
-    tmp = target.with_name(f".{target.name}{_TMP_MARK}{socket.gethostname()}-{os.getpid()}")
+    remove_abandoned(target.parent, _TMP_NAME)  # a cache shared between hosts keeps the others'
+    tmp = target.with_name(f".{target.name}.tmp-{socket.gethostname()}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         write(tmp)
@@ -372,17 +372,8 @@ def _publish(target: Path, write: Callable[[Path], Any]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-_TMP_MARK = ".tmp-"
-
-
-def _remove_dead_temporaries(directory: Path) -> None:
-    """Removes `.<entry>.tmp-<host>-<pid>` directories in `directory` of this host's processes that
-    are gone (a cache shared between hosts keeps the others')."""
-    for path in directory.glob(f".*{_TMP_MARK}*"):
-        host, _, pid = path.name.rpartition(_TMP_MARK)[2].rpartition("-")
-        if host == socket.gethostname() and pid.isascii() and pid.isdigit() \
-                and not path.is_symlink() and path.is_dir() and not is_running(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
+# A cache entry's temporary directory names its writer: .<entry>.tmp-<host>-<pid>.
+_TMP_NAME = re.compile(r"\..+\.tmp-(?P<host>.+)-(?P<pid>\d+)")
 
 
 def _key(values: Any) -> str:

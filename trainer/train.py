@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from trainer import checkpoint, data, distribute, run_files, run_lock
+from trainer import checkpoint, data, distribute, interrupts, run_files, run_lock
 from trainer.config import Config
 
 Printer = Callable[[str], None]
@@ -110,31 +110,38 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
 
     vali = data.eval_dataset(splits.vali, splits)
     summaries = _Summaries(run_files.log_dirs(run_dir)) if dist.is_chief else None
-    callbacks = [_ValidationCallback(built, vali), _Progbar(config.train.epochs)]
-    try:
-        while state.epoch < config.train.epochs and not state.stopped_early:
-            logs = _train_one_epoch(config, built.model, splits, dist, state.epoch, callbacks)
-            _add_gaps(logs, built.eval_metrics)
-            value = logs[f"val_{config.train.select_metric}"]
-            if not math.isfinite(value):
-                raise FloatingPointError(
-                    f"validation {config.train.select_metric} is {value} after epoch "
-                    f"{state.epoch + 1}; lower optimizer.learning_rate or check the data"
-                )
-            if state.record(logs, value, config.train.patience):
-                best_weights = [np.array(w) for w in built.model.get_weights()]
-            if dist.is_chief:
-                summaries.write(state.epoch, logs)
-                checkpoint.save(run_dir, _snapshot(built.model, state, best_weights))
-            if state.stopped_early:
-                say(f"Early stopping after epoch {state.epoch}: no {config.train.select_metric} "
-                    f"improvement for {config.train.patience} epochs")
-    except KeyboardInterrupt:  # report what a rerun resumes from: the checkpoint on disk
-        saved = checkpoint.load(run_dir) if dist.is_chief else None
-        raise Interrupted(saved.state.epoch if saved else 0) from None
-    finally:
-        if summaries is not None:
-            summaries.close()
+    # Workers of one cluster must take the same steps: there Ctrl-C interrupts where it lands.
+    with interrupts.deferred(enabled=dist.name != "multi_worker") as stop:
+        callbacks = [interrupts.StopWhenRequested(stop), _ValidationCallback(built, vali),
+                     _Progbar(config.train.epochs)]
+        try:
+            while state.epoch < config.train.epochs and not state.stopped_early:
+                logs = _train_one_epoch(config, built.model, splits, dist, state.epoch, callbacks)
+                if stop.is_set():
+                    raise KeyboardInterrupt  # the epoch was cut short: neither recorded nor saved
+                _add_gaps(logs, built.eval_metrics)
+                value = logs[f"val_{config.train.select_metric}"]
+                if not math.isfinite(value):
+                    raise FloatingPointError(
+                        f"validation {config.train.select_metric} is {value} after epoch "
+                        f"{state.epoch + 1}; lower optimizer.learning_rate or check the data"
+                    )
+                if state.record(logs, value, config.train.patience):
+                    best_weights = [np.array(w) for w in built.model.get_weights()]
+                if dist.is_chief:
+                    summaries.write(state.epoch, logs)
+                    checkpoint.save(run_dir, _snapshot(built.model, state, best_weights))
+                if stop.is_set():
+                    raise KeyboardInterrupt
+                if state.stopped_early:
+                    say(f"Early stopping after epoch {state.epoch}: no {config.train.select_metric} "
+                        f"improvement for {config.train.patience} epochs")
+        except KeyboardInterrupt:  # report what a rerun resumes from: the checkpoint on disk
+            saved = checkpoint.load(run_dir) if dist.is_chief else None
+            raise Interrupted(saved.state.epoch if saved else 0) from None
+        finally:
+            if summaries is not None:
+                summaries.close()
 
     built.eval_model.set_weights(best_weights)
     results = _results(run_dir, state, config, policy, dist, built, splits, started)
@@ -593,6 +600,8 @@ class _ValidationCallback(keras.callbacks.Callback):
         self._dataset = dataset
 
     def on_epoch_end(self, epoch, logs=None):
+        if self.model.stop_training:  # interrupted: the epoch is dropped, so is its validation
+            return
         self._built.eval_model.set_weights(self.model.get_weights())
         values = _evaluate(self._built, self._dataset)
         if logs is not None:

@@ -55,19 +55,23 @@ def backend():
     return os.environ.get("KERAS_BACKEND", "tensorflow")
 
 
-# How a value and its gradient can be computed on each backend: op by op, or compiled.
-COMPILE_MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("eager", "jit")}.get(
+# How a value and its gradient are computed on each backend: op by op, or compiled, the first
+# being the default. On JAX only jitted: it is how Keras runs JAX, and JAX op by op runs the same
+# primitives, each compiled on its own (three to four times slower, for nothing more checked).
+COMPILE_MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("jit",)}.get(
     backend(), ("eager",))
 
 
-def loss_and_grad(loss_fn, labels, scores, mode="eager", unknown_shape=False):
+def loss_and_grad(loss_fn, labels, scores, mode=None, unknown_shape=False):
     """Returns (value, d value / d scores) as numpy, on the active Keras backend.
 
     `loss_fn(labels, scores_tensor)` must return a scalar (it is summed otherwise). `mode` is one
-    of `COMPILE_MODES`; compiled, the gradient is taken inside the compiled function, as in a
-    Keras train step. `unknown_shape` traces a compiled TensorFlow function for `[None, None]`
-    labels and scores (the shape whole lists have in the trainer); JAX always sees static shapes.
+    of `COMPILE_MODES` (default the first); compiled, the gradient is taken inside the compiled
+    function, as in a Keras train step. `unknown_shape` traces a compiled TensorFlow function for
+    `[None, None]` labels and scores (the shape whole lists have in the trainer); JAX always sees
+    static shapes.
     """
+    mode = mode or COMPILE_MODES[0]
     name = backend()
     if name == "tensorflow":
         import tensorflow as tf

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import COMPILE_MODES, backend, registered, to_numpy
+from conftest import COMPILE_MODES, registered, to_numpy
 from tfapprox import losses, metrics, models
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
@@ -89,12 +89,9 @@ def untrained_scorer():
 # behaviour every loss shares (checked op by op in every mode in test_losses.py): lists whose labels
 # are all equal give loss 0 and no gradient, and a NaN score stops training.
 XLA_MODES = [mode for mode in COMPILE_MODES if mode in ("xla", "jit")]
-# How users fit: on TensorFlow eagerly (debugging), as a graph or under XLA; on JAX jitted (Keras's
-# default there). An eager JAX fit only repeats, slowly, what test_losses.py checks op by op.
-FIT_MODES = [mode for mode in COMPILE_MODES if (backend(), mode) != ("jax", "eager")]
 
 
-@pytest.mark.parametrize("mode", FIT_MODES)
+@pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("loss", registered(keras.losses.Loss), ids=lambda l: type(l).__name__)
 def test_every_loss_trains_on_variable_length_lists(loss, mode):
     model, history = fit(loss, mode)
@@ -118,7 +115,7 @@ def test_every_loss_trains_on_variable_length_lists(loss, mode):
     assert np.isnan(with_nan["loss"][0])
 
 
-@pytest.mark.parametrize("mode", FIT_MODES)
+@pytest.mark.parametrize("mode", COMPILE_MODES)
 def test_list_weights_must_be_one_per_list_and_not_negative(mode):
     """[B, L] weights are refused when traced; a negative weight eagerly, and traced (where
     its value is unknown) it makes the loss and the metric NaN."""
@@ -134,7 +131,7 @@ def test_list_weights_must_be_one_per_list_and_not_negative(mode):
     assert np.isnan(history["loss"][0]) and np.isnan(history["ndcg"][0])
 
 
-@pytest.mark.parametrize("mode", FIT_MODES)
+@pytest.mark.parametrize("mode", COMPILE_MODES)
 def test_every_metric_updates_on_variable_length_lists(mode):
     metric_list = registered(keras.metrics.Metric)
     _, history = fit(losses.ApproxNDCGLoss(), mode, metric_list)

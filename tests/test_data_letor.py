@@ -131,6 +131,61 @@ def test_dense_and_sparse_paths_agree(tmp_path):
         assert_same_queries(list(letor.read_queries(path, 6)), naive_read([path], 6))
 
 
+NUMBER_FORMS = [  # every LETOR number form: fractions, exponents, signs, '-0', '.5', '5.', '05'
+    lambda v: f"{v:.6f}", lambda v: f"{v:.3e}", lambda v: f"{v:+.2f}", lambda v: f"{abs(v):.0f}.",
+    lambda v: f".{abs(v):.0f}", lambda v: "-0", lambda v: f"{v:g}", lambda v: f"0{abs(v):.4f}",
+]
+
+
+def tricky_dense_lines(rng, num_features=7):
+    """Dense lines (every index 1..F) of numbers in all forms, with lists longer than a block."""
+    lines = []
+    for qid, size in zip(["007", "-3", "1.5", "1e3", "42", "+8"], [1, 700, 3, 1251, 40, 2]):
+        for _ in range(size):
+            label = rng.choice(["0", "1", "2.5", "0.25", "1e0", "+3", "-0", "4."])
+            values = rng.normal(scale=10.0 ** rng.integers(-9, 9), size=num_features)
+            tokens = [NUMBER_FORMS[rng.integers(len(NUMBER_FORMS))](v) for v in values]
+            lines.append(f"{label} qid:{qid} " + " ".join(f"{j}:{t}" for j, t in enumerate(tokens, 1)))
+    return lines
+
+
+@pytest.mark.parametrize("layout", ["qid", "grouped"])
+def test_whole_read_dense_path_writes_the_records_of_the_token_path(tmp_path, monkeypatch, layout):
+    """Reads whose every line is dense (one numpy.loadtxt call) give byte-identical records to the
+    same lines tab-separated (the token-by-token path), also mixed with sparse reads, missing
+    features, lists longer than a read, and a width below num_features."""
+    from tfapprox.data import converter
+
+    monkeypatch.setattr(letor, "_CHUNK_BYTES", 1 << 16)
+    lines = tricky_dense_lines(np.random.default_rng(7))
+    lines[1500] = " ".join(t for t in lines[1500].split() if not t.startswith("4:"))  # sparse read
+    if layout == "grouped":
+        lines = [re.sub(r" qid:\S+", "", line) for line in lines]
+    taken = []
+    dense_lines = letor._parse_dense_lines
+
+    def spy(*args):
+        blocks = dense_lines(*args)
+        taken.append(blocks is not None)
+        return blocks
+
+    monkeypatch.setattr(letor, "_parse_dense_lines", spy)
+    specs = {}
+    for name, separator in (("dense", " "), ("tabs", "\t")):
+        path = write(tmp_path / f"{name}.txt", "\n".join(line.replace(" ", separator) for line in lines))
+        if layout == "grouped":
+            write(tmp_path / f"{name}.txt.query", "1\n700\n3\n1251\n40\n2\n")
+        for num_features in (None, 9):
+            output = tmp_path / f"{name}-{num_features}"
+            specs[name, num_features] = converter.convert(path, output, num_features=num_features,
+                                                          workers=1)
+            if name == "tabs":
+                dense = (tmp_path / f"dense-{num_features}" / "part-00000-of-00001.tfrecord").read_bytes()
+                assert (output / "part-00000-of-00001.tfrecord").read_bytes() == dense
+    assert specs["dense", None]["num_docs"] == len(lines) and specs["dense", 9]["num_features"] == 9
+    assert any(taken) and not all(taken)  # both paths ran: dense reads, and the sparse and tab ones
+
+
 def test_non_contiguous_queries_grouped_in_first_appearance_order(tmp_path):
     text = "1 qid:b 1:1\n0 qid:a 1:2\n2 qid:b 1:3\n0 qid:c 1:4\n1 qid:a 1:5\n"
     path = write(tmp_path / "a.txt", text)
@@ -205,6 +260,10 @@ BAD_INPUTS = [
     ("1 qid:1 2:0.5 2:0.7\n", None, r"bad\.txt:1: feature index 2 repeated in token '2:0\.7'"),
     ("1 qid:1 1:1 2:2\n0 qid:1 1:1 9:2\n", 5,
      r"bad\.txt:2: feature index 9 is above num_features=5 in token '9:2'"),
+    ("1 qid:1 1:1 2:2 3:3\n0 qid:1 1:1 2:2 3:3\n", 2,
+     r"bad\.txt:1: feature index 3 is above num_features=2 in token '3:3'"),
+    ("1 qid:1 1:1 2:2 3:3\n0 qid:1 1:1 2:2\n", 2,
+     r"bad\.txt:1: feature index 3 is above num_features=2 in token '3:3'"),
     # Python's int() and float() take more than LETOR syntax: underscores, '1.0' as an index.
     ("1 qid:1 1:1_0\n", None, r"bad\.txt:1: non-numeric feature value in token '1:1_0' \(LETOR numbers are plain"),
     ("1 qid:1 1:0.5 2:1_0.5\n", None, r"bad\.txt:1: non-numeric feature value in token '2:1_0\.5'"),

@@ -65,6 +65,8 @@ _IS_NUMBER_BYTE = np.zeros(256, dtype=bool)
 _IS_NUMBER_BYTE[list(_NUMBER_CHARS) + [0]] = True  # 0: padding of the gathered value bytes
 GROUP_SUFFIXES = (".query", ".group")  # LightGBM, XGBoost
 _INDEX_VALUE = re.compile(rb"\d+:")
+_QID_VALUE = re.compile(rb"qid:([^ ]*)")
+_COLON_TO_SPACE = bytes.maketrans(b":", b" ")
 
 
 class LetorFormatError(ValueError):
@@ -347,6 +349,9 @@ def _parse_chunk(
     left empty for :func:`_iter_blocks` to fill. Module-level (picklable) so that worker processes
     can run it.
     """
+    blocks = _parse_dense_lines(first_lineno, data, num_features, grouped)
+    if blocks is not None:
+        return blocks
     blocks = []
     qids: list[bytes] = []
     labels: list[float] = []
@@ -511,69 +516,115 @@ def _dense_skeleton(num_pairs: int) -> bytes:
 def _parse_block(path, qids, labels, linenos, bodies, num_features) -> _Block:
     labels_array = np.asarray(labels, dtype=np.float32)
     linenos_array = np.asarray(linenos, dtype=np.int64)
-    dense = _parse_dense(bodies)
-    if dense is not None:
-        max_index, max_line = dense.shape[1], linenos[0]
-    else:
-        parsed = _parse_sparse(bodies)
-        if parsed is None:
-            parsed = _parse_slowly(path, linenos, bodies)
-        counts, indices, values = parsed
-        max_index, max_line = 0, 0
-        if indices.size:
-            at = int(np.argmax(indices))
-            max_index = int(indices[at])
-            max_line = linenos[int(np.searchsorted(np.cumsum(counts), at, side="right"))]
+    loaded = _load_dense(b"\n".join(bodies), len(bodies), b"")
+    if loaded is not None and (num_features is None or loaded[1].shape[1] <= num_features):
+        return _dense_block(qids, labels_array, linenos_array, loaded[1], num_features)
+    parsed = _parse_sparse(bodies)
+    if parsed is None:
+        parsed = _parse_slowly(path, linenos, bodies)
+    counts, indices, values = parsed
+    max_index, max_line = 0, 0
+    if indices.size:
+        at = int(np.argmax(indices))
+        max_index = int(indices[at])
+        max_line = linenos[int(np.searchsorted(np.cumsum(counts), at, side="right"))]
     if num_features is None:
-        used = np.arange(1, max_index + 1) if dense is not None else np.unique(indices)
-        return _Block(qids, labels_array, linenos_array, None, max_index, max_line, used)
+        return _Block(qids, labels_array, linenos_array, None, max_index, max_line, np.unique(indices))
     if max_index > num_features:
         _parse_slowly(path, linenos, bodies, num_features)  # names the first offending line and token
-    if dense is not None and dense.shape[1] == num_features:
-        features = dense
-    else:
-        features = np.zeros((len(qids), num_features), dtype=np.float32)
-        if dense is not None:
-            features[:, : dense.shape[1]] = dense
-        else:
-            features[np.repeat(np.arange(len(qids)), counts), indices - 1] = values
+    features = np.zeros((len(qids), num_features), dtype=np.float32)
+    features[np.repeat(np.arange(len(qids)), counts), indices - 1] = values
     return _Block(qids, labels_array, linenos_array, features, max_index, max_line, None)
 
 
-def _parse_dense(bodies: list[bytes]) -> np.ndarray | None:
-    """Returns ``[n, F0]`` features if every line is exactly ``1:v 2:v ... F0:v``; else None."""
-    num_pairs = bodies[0].count(b":")
-    if num_pairs == 0:
+def _dense_block(qids, labels, linenos, dense: np.ndarray, num_features: int | None) -> _Block:
+    """The block of documents whose features ``dense`` [n, F0] give every index 1..F0.
+
+    ``num_features``: None, or F >= F0 (zeros fill indices F0+1..F).
+    """
+    width = dense.shape[1]
+    if num_features is None:
+        return _Block(qids, labels, linenos, None, width, int(linenos[0]), np.arange(1, width + 1))
+    features = dense
+    if width < num_features:
+        features = np.zeros((len(qids), num_features), dtype=np.float32)
+        features[:, :width] = dense
+    return _Block(qids, labels, linenos, features, width, int(linenos[0]), None)
+
+
+def _parse_dense_lines(first_lineno: int, data: bytes, num_features: int | None, grouped: bool):
+    """Returns the blocks of a chunk whose every line is exactly ``LABEL qid:ID 1:v 2:v ... F0:v``
+    (``LABEL 1:v ... F0:v`` if ``grouped``; single spaces, no comment, an ID of number characters),
+    parsed by one ``numpy.loadtxt`` call; None for any other chunk, and for one with a label out of
+    range or an index above ``num_features``: the line-by-line path reads it, and names the problem.
+    """
+    num_lines = data.count(b"\n") + 1
+    loaded = _load_dense(data, num_lines, b" " if grouped else b" qid: ")
+    if loaded is None:
         return None
-    text = b"\n".join(bodies)
-    expected = b"\n".join([_dense_skeleton(num_pairs)] * len(bodies))
-    if text.translate(None, _NUMBER_CHARS) != expected:
+    labels, dense = loaded
+    if num_features is not None and dense.shape[1] > num_features:
+        return None
+    if not ((labels >= 0.0) & (labels <= _FLOAT32_MAX)).all():  # NaN fails too
+        return None
+    if grouped:
+        qids = [b""] * num_lines
+    else:
+        qids = _QID_VALUE.findall(data)
+        if len(qids) != num_lines or not all(qids):
+            return None
+    labels = labels.astype(np.float32)
+    linenos = np.arange(first_lineno, first_lineno + num_lines, dtype=np.int64)
+    return [
+        _dense_block(qids[i:i + BLOCK_LINES], labels[i:i + BLOCK_LINES], linenos[i:i + BLOCK_LINES],
+                     dense[i:i + BLOCK_LINES], num_features)
+        for i in range(0, num_lines, BLOCK_LINES)
+    ]
+
+
+def _load_dense(text: bytes, num_lines: int, lead: bytes):
+    """Parses ``num_lines`` lines, each ``lead`` then exactly ``1:v 2:v ... F0:v``.
+
+    ``lead``: ``b""`` (nothing before the pairs), ``b" "`` (a label) or ``b" qid: "`` (a label and
+    ``qid:ID``; the ID is not parsed). Returns ``(labels [n] float64, or None without a label,
+    features [n, F0] float32)``; None if a line differs, or a number is malformed or overflows.
+    """
+    first_line = text[: text.find(b"\n")] if num_lines > 1 else text
+    num_pairs = first_line.count(b":") - lead.count(b":")
+    if num_pairs <= 0:
+        return None
+    if text.translate(None, _NUMBER_CHARS) != b"\n".join([lead + _dense_skeleton(num_pairs)] * num_lines):
         return None
     # Indices are digits only ('1.0:' or '1e2:' would load as numbers): without the digits, every
-    # colon follows a space, a line break or the start.
+    # colon of a pair follows a space, a line break or the start.
     no_digits = text.translate(None, b"0123456789")
     bare = no_digits.count(b" :") + no_digits.count(b"\n:") + no_digits.startswith(b":")
-    if bare != num_pairs * len(bodies):
+    if bare != num_pairs * num_lines:
         return None
+    # The columns once colons are spaces: [label] [qid ID] index value index value ...
+    labelled = int(bool(lead))
+    first_pair = labelled + 2 * lead.count(b":")
+    columns = [*range(labelled), *range(first_pair, first_pair + 2 * num_pairs)]
     try:
         numbers = np.loadtxt(
-            io.BytesIO(text.replace(b":", b" ")),
+            io.BytesIO(text.translate(_COLON_TO_SPACE)),
             delimiter=" ",
             dtype=np.float64,
             comments=None,
             ndmin=2,
+            usecols=columns,
         )
     except ValueError:
         return None
-    if numbers.shape != (len(bodies), 2 * num_pairs):
+    if numbers.shape != (num_lines, len(columns)):
         return None
-    if not (numbers[:, 0::2] == np.arange(1, num_pairs + 1)).all():
+    if not (numbers[:, labelled::2] == np.arange(1, num_pairs + 1)).all():
         return None
     with np.errstate(over="ignore"):  # an overflow falls through to the token parser, which names it
-        features = numbers[:, 1::2].astype(np.float32)
+        features = numbers[:, labelled + 1::2].astype(np.float32)
     if not np.isfinite(features).all():
         return None
-    return features
+    return (numbers[:, 0] if labelled else None), features
 
 
 def _parse_sparse(bodies: list[bytes]):

@@ -137,7 +137,7 @@ NUMBER_FORMS = [  # every LETOR number form: fractions, exponents, signs, '-0', 
 ]
 
 
-def tricky_dense_lines(rng, num_features=7):
+def tricky_dense_lines(rng, num_features=105):
     """Dense lines (every index 1..F) of numbers in all forms, with lists longer than a block."""
     lines = []
     for qid, size in zip(["007", "-3", "1.5", "1e3", "42", "+8"], [1, 700, 3, 1251, 40, 2]):
@@ -152,13 +152,16 @@ def tricky_dense_lines(rng, num_features=7):
 @pytest.mark.parametrize("layout", ["qid", "grouped"])
 def test_whole_read_dense_path_writes_the_records_of_the_token_path(tmp_path, monkeypatch, layout):
     """Reads whose every line is dense (one numpy.loadtxt call) give byte-identical records to the
-    same lines tab-separated (the token-by-token path), also mixed with sparse reads, missing
-    features, lists longer than a read, and a width below num_features."""
+    same lines tab-separated (the token-by-token path), also mixed with reads holding a missing
+    feature, indices out of order or written '01', with lists longer than a read, and with a width
+    below num_features."""
     from tfapprox.data import converter
 
     monkeypatch.setattr(letor, "_CHUNK_BYTES", 1 << 16)
     lines = tricky_dense_lines(np.random.default_rng(7))
     lines[1500] = " ".join(t for t in lines[1500].split() if not t.startswith("4:"))  # sparse read
+    lines[300] = re.sub(r" 12:(\S+) 13:(\S+)", r" 13:\2 12:\1", lines[300])  # indices out of order
+    lines[1900] = re.sub(r" 1:", " 01:", lines[1900])
     if layout == "grouped":
         lines = [re.sub(r" qid:\S+", "", line) for line in lines]
     taken = []
@@ -175,14 +178,14 @@ def test_whole_read_dense_path_writes_the_records_of_the_token_path(tmp_path, mo
         path = write(tmp_path / f"{name}.txt", "\n".join(line.replace(" ", separator) for line in lines))
         if layout == "grouped":
             write(tmp_path / f"{name}.txt.query", "1\n700\n3\n1251\n40\n2\n")
-        for num_features in (None, 9):
+        for num_features in (None, 110):
             output = tmp_path / f"{name}-{num_features}"
             specs[name, num_features] = converter.convert(path, output, num_features=num_features,
                                                           workers=1)
             if name == "tabs":
                 dense = (tmp_path / f"dense-{num_features}" / "part-00000-of-00001.tfrecord").read_bytes()
                 assert (output / "part-00000-of-00001.tfrecord").read_bytes() == dense
-    assert specs["dense", None]["num_docs"] == len(lines) and specs["dense", 9]["num_features"] == 9
+    assert specs["dense", None]["num_docs"] == len(lines) and specs["dense", 110]["num_features"] == 110
     assert any(taken) and not all(taken)  # both paths ran: dense reads, and the sparse and tab ones
 
 

@@ -23,10 +23,11 @@ its documents -- also when a query's lines are not contiguous. It streams: a pre
 learns each query's document count, so a query is handed out as soon as its last line has been read, and
 a file whose queries are contiguous is read in bounded memory whatever its size.
 
-Parsing is vectorised over blocks of lines. A block whose lines are all dense (``1:v 2:v ... F:v``,
-single spaces) is parsed by ``numpy.loadtxt`` after a byte-level structure check; other blocks go
-through a numpy tokeniser; any block that fails a check is re-read token by token, which names the
-file, line and offending token in the error.
+Parsing is vectorised. A read (about 1 MB of lines) whose every line is dense
+(``LABEL qid:ID 1:v 2:v ... F:v``, single spaces, no comment) is parsed by one ``numpy.loadtxt`` call
+after byte-level checks of its structure and indices; other reads go line by line into blocks, a
+dense block again by ``numpy.loadtxt``, other blocks through a numpy tokeniser; any block that fails
+a check is re-read token by token, which names the file, line and offending token in the error.
 """
 
 from __future__ import annotations
@@ -595,16 +596,14 @@ def _load_dense(text: bytes, num_lines: int, lead: bytes):
         return None
     if text.translate(None, _NUMBER_CHARS) != b"\n".join([lead + _dense_skeleton(num_pairs)] * num_lines):
         return None
-    # Indices are digits only ('1.0:' or '1e2:' would load as numbers): without the digits, every
-    # colon of a pair follows a space, a line break or the start.
-    no_digits = text.translate(None, b"0123456789")
-    bare = no_digits.count(b" :") + no_digits.count(b"\n:") + no_digits.startswith(b":")
-    if bare != num_pairs * num_lines:
+    if not _indices_are_one_to(np.frombuffer(text, dtype=np.uint8), num_lines, num_pairs,
+                               lead.count(b":")):
         return None
-    # The columns once colons are spaces: [label] [qid ID] index value index value ...
+    # The columns once colons are spaces: [label] [qid ID] index value index value ...; only the
+    # label and the values are read.
     labelled = int(bool(lead))
-    first_pair = labelled + 2 * lead.count(b":")
-    columns = [*range(labelled), *range(first_pair, first_pair + 2 * num_pairs)]
+    first_value = labelled + 2 * lead.count(b":") + 1
+    columns = [*range(labelled), *range(first_value, first_value + 2 * num_pairs, 2)]
     try:
         numbers = np.loadtxt(
             io.BytesIO(text.translate(_COLON_TO_SPACE)),
@@ -618,13 +617,37 @@ def _load_dense(text: bytes, num_lines: int, lead: bytes):
         return None
     if numbers.shape != (num_lines, len(columns)):
         return None
-    if not (numbers[:, labelled::2] == np.arange(1, num_pairs + 1)).all():
-        return None
     with np.errstate(over="ignore"):  # an overflow falls through to the token parser, which names it
-        features = numbers[:, labelled + 1::2].astype(np.float32)
+        features = numbers[:, labelled:].astype(np.float32)
     if not np.isfinite(features).all():
         return None
     return (numbers[:, 0] if labelled else None), features
+
+
+def _indices_are_one_to(text: np.ndarray, num_lines: int, num_pairs: int, lead_colons: int) -> bool:
+    """True if the pairs' indices are exactly ``1`` .. ``num_pairs`` in every line of ``text``.
+
+    ``text``: the bytes of lines that are each ``lead_colons`` colons (``qid:``), then ``num_pairs``
+    ``INDEX:VALUE`` tokens, every token made of number characters (as :func:`_load_dense` checked).
+    Index j is right if the bytes before its colon are the digits of j, preceded by a separator.
+    """
+    colons = np.flatnonzero(text == ord(":"))
+    if colons.size != num_lines * (num_pairs + lead_colons):
+        return False
+    colons = colons.reshape(num_lines, -1)[:, lead_colons:]
+    digits, low = 1, 1  # indices low .. 10 * low - 1 have ``digits`` digits
+    while low <= num_pairs:
+        high = min(10 * low - 1, num_pairs)
+        ends = colons[:, low - 1:high]
+        index = np.arange(low, high + 1)
+        for place in range(digits):
+            if not (text[ends - 1 - place] == index // 10**place % 10 + ord("0")).all():
+                return False
+        before = ends - 1 - digits  # -1: the index starts the text
+        if _IS_NUMBER_BYTE[text[np.maximum(before, 0)]][before >= 0].any():
+            return False
+        digits, low = digits + 1, 10 * low
+    return True
 
 
 def _parse_sparse(bodies: list[bytes]):

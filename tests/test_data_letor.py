@@ -228,6 +228,37 @@ def test_parallel_workers_read_the_same(tmp_path):
         np.testing.assert_array_equal(a.labels, b.labels)
 
 
+def test_workers_reread_their_stretch_of_a_plain_file(tmp_path, monkeypatch):
+    """Parsing workers read a chunk of a plain file at its position instead of receiving its bytes:
+    positions stay right after a byte order mark and are not used from a CR on, nor for gzip."""
+    monkeypatch.setattr(letor, "_CHUNK_BYTES", 64)
+    lines = [f"{i % 3} qid:{i // 4} 1:{i}.5 2:0.25" for i in range(60)]
+    text = "\n".join(lines[:30]) + "\r\n" + "\r\n".join(lines[30:45]) + "\r" + "\r".join(lines[45:])
+    want = list(letor.read_queries(write(tmp_path / "lf.txt", "\n".join(lines)), 2, workers=1))
+    for path in (write(tmp_path / "mixed.txt", text), write(tmp_path / "bom.txt", "\ufeff" + text),
+                 write(tmp_path / "bom.txt.gz", "\ufeff" + text, "gz")):
+        raw = path.read_bytes()
+        starts = []
+        for _, data, start in letor._iter_chunks(path, with_offsets=True):
+            starts.append(start)
+            assert start is None or raw[start:start + len(data)] == data
+        if path.suffix == ".gz":
+            assert set(starts) == {None}
+        else:
+            assert starts[0] == (3 if "bom" in path.name else 0) and starts[-1] is None
+        got = list(letor.read_queries(path, 2, workers=2))
+        assert [q.qid for q in got] == [q.qid for q in want]
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a.features, b.features)
+            np.testing.assert_array_equal(a.labels, b.labels)
+    path = write(tmp_path / "changed.txt", "\n".join(lines))
+    stretch = letor._Stretch(100, 200, path.read_bytes()[280:300])
+    assert stretch.read(path) == path.read_bytes()[100:300]
+    write(path, "\n".join(lines[1:]))
+    with pytest.raises(LetorFormatError, match=r"changed\.txt: the file changed while being read"):
+        stretch.read(path)
+
+
 def test_parallel_workers_name_the_bad_line(tmp_path):
     path = tmp_path / "syn.txt"
     synthetic.write_letor(path, num_queries=300, docs_per_query=40, num_features=12, seed=4)

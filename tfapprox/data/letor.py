@@ -284,14 +284,18 @@ def _group_mismatch(source: Source, num_docs: int) -> LetorFormatError:
 # --------------------------------------------------------------------------------------------------
 # Chunks of lines -> parsed blocks (optionally in worker processes)
 # --------------------------------------------------------------------------------------------------
-def _iter_chunks(path: Path) -> Iterator[tuple[int, bytes]]:
+def _iter_chunks(path: Path, with_offsets: bool = False) -> Iterator[tuple]:
     """Yields ``(number of the chunk's first line, bytes of whole lines)`` read in large pieces.
 
-    A leading UTF-8 byte order mark is dropped, and CRLF and CR line ends are turned into LF.
+    A leading UTF-8 byte order mark is dropped, and CRLF and CR line ends are turned into LF. With
+    ``with_offsets``, also the chunk's position in the file: where its bytes are the file's bytes (a
+    plain file, no CR seen so far), else None.
     """
     lineno = 1
     with open_text(path) as handle:
-        rest = handle.read(len(UTF8_BOM)).removeprefix(UTF8_BOM)
+        head = handle.read(len(UTF8_BOM))
+        rest = head.removeprefix(UTF8_BOM)
+        start = len(head) - len(rest) if isinstance(handle.raw, io.FileIO) else None  # None: gzip
         while True:
             try:
                 data = handle.read(_CHUNK_BYTES)
@@ -303,6 +307,8 @@ def _iter_chunks(path: Path) -> Iterator[tuple[int, bytes]]:
             if not data:
                 break
             data, held = rest + data, b""
+            if b"\r" in data:
+                start = None
             if data.endswith(b"\r"):  # maybe half of a CRLF that the next read completes
                 data, held = data[:-1], b"\r"
             data = _unify_line_ends(data)
@@ -311,11 +317,12 @@ def _iter_chunks(path: Path) -> Iterator[tuple[int, bytes]]:
                 rest = data + held
                 continue
             rest = data[cut + 1:] + held
-            yield lineno, data[:cut]
+            yield (lineno, data[:cut], start) if with_offsets else (lineno, data[:cut])
             lineno += data.count(b"\n", 0, cut) + 1
+            start = None if start is None else start + cut + 1
         rest = _unify_line_ends(rest)
         if rest:
-            yield lineno, rest
+            yield (lineno, rest, start) if with_offsets else (lineno, rest)
 
 
 def _unify_line_ends(data: bytes) -> bytes:
@@ -342,14 +349,16 @@ class _Block(NamedTuple):
 
 
 def _parse_chunk(
-    path: Path, first_lineno: int, data: bytes, num_features: int | None, grouped: bool = False
+    path: Path, first_lineno: int, data, num_features: int | None, grouped: bool = False
 ) -> list[_Block]:
     """Parses whole lines into blocks; raises LetorFormatError naming file, line and token.
 
-    ``grouped``: lines have no ``qid:`` (the queries come from a group file); the blocks' qids are
-    left empty for :func:`_iter_blocks` to fill. Module-level (picklable) so that worker processes
-    can run it.
+    ``data``: the lines' bytes, or the :class:`_Stretch` of ``path`` that holds them. ``grouped``:
+    lines have no ``qid:`` (the queries come from a group file); the blocks' qids are left empty for
+    :func:`_iter_blocks` to fill. Module-level (picklable) so that worker processes can run it.
     """
+    if isinstance(data, _Stretch):
+        data = data.read(path)
     blocks = _parse_dense_lines(first_lineno, data, num_features, grouped)
     if blocks is not None:
         return blocks
@@ -482,11 +491,13 @@ def _parse_blocks(path: Path, num_features: int | None, workers: int, grouped: b
             yield from _parse_chunk(path, lineno, data, num_features, grouped)
         return
     # Forked workers run only numpy code; at most 2 * workers chunks are in flight (bounded memory).
+    # A chunk that is a stretch of the file is read again by its worker, not sent through a pipe.
     pool = multiprocessing.get_context("fork").Pool(workers)
     try:
         in_flight: deque = deque()
-        for lineno, data in _iter_chunks(path):
-            in_flight.append(pool.apply_async(_parse_chunk, (path, lineno, data, num_features, grouped)))
+        for lineno, data, start in _iter_chunks(path, with_offsets=True):
+            chunk = data if start is None else _Stretch(start, len(data), data[-64:])
+            in_flight.append(pool.apply_async(_parse_chunk, (path, lineno, chunk, num_features, grouped)))
             if len(in_flight) >= 2 * workers:
                 yield from in_flight.popleft().get()
         while in_flight:
@@ -494,6 +505,22 @@ def _parse_blocks(path: Path, num_features: int | None, workers: int, grouped: b
     finally:
         pool.terminate()
         pool.join()
+
+
+class _Stretch(NamedTuple):
+    """Where a chunk lies in its (plain) file, and its last bytes: a worker reads it there."""
+
+    start: int
+    size: int
+    tail: bytes
+
+    def read(self, path: Path) -> bytes:
+        with open(path, "rb") as handle:
+            handle.seek(self.start)
+            data = handle.read(self.size)
+        if len(data) != self.size or not data.endswith(self.tail):
+            raise LetorFormatError(f"{path}: the file changed while being read")
+        return data
 
 
 def default_workers(paths: list[Path]) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.experiment_runs import METRICS, SELECT_METRIC, read_cached
-from benchmarks.experiment_studies import BRUCH_ALPHAS, BRUCH_PRESETS, YILMAZ_MEASURES, runs_of
+from benchmarks.experiment_studies import YILMAZ_MEASURES, runs_of
 
 PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
     "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),
@@ -148,8 +148,8 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
         if _some_query_without_relevant(convention):
             parts.append(_letor_convention(convention, data, folds))
         if "bruch_alpha" in shown:
-            parts.append(_tightness(rows["bruch_alpha"][BRUCH_ALPHAS.index(10.0)], data, folds,
-                                    out))
+            at_10 = [r for r in rows["bruch_alpha"] if dict(r.setting.params)["alpha"] == 10.0]
+            parts.append(_tightness(at_10[0], data, folds, out))
     for line in unreadable:
         say(line)
     path = out / "results.md"
@@ -191,7 +191,7 @@ def _chen(rows, data, folds):
     lines.append("| scorer | comparison | NDCG@5: weighted − plain | NDCG@10: weighted − plain |")
     lines.append("|---|---|---|---|")
     by_key = {(r.setting.model, r.setting.loss): r for r in rows}
-    for scorer in ("linear", "B64"):
+    for scorer in dict.fromkeys(r.setting.model for r in rows):  # the study's scorers, in order
         for plain in ("ranknet", "listmle"):
             weighted = by_key[scorer, "weighted_" + plain]
             cells = [_fmt_test(paired(weighted, by_key[scorer, plain], folds, m))
@@ -244,8 +244,9 @@ def _bruch(alphas, depths, data, folds, out):
              f"{data.flags()}`\n",
              table(alphas, folds, ("ndcg@5", "ndcg@10", "map")), "",
              table(depths, folds, ("ndcg@5", "ndcg@10", "map"))]
-    for name, rows, xs, xlabel in (("alpha", alphas, BRUCH_ALPHAS, "α (log scale)"),
-                                   ("depth", depths, BRUCH_PRESETS, "scorer")):
+    alpha_values = [dict(r.setting.params)["alpha"] for r in alphas]
+    for name, rows, xs, xlabel in (("alpha", alphas, alpha_values, "α (log scale)"),
+                                   ("depth", depths, [r.setting.model for r in depths], "scorer")):
         png = _plot(rows, xs, xlabel, folds,
                     out / "results" / f"{data.name.lower()}_{name}.png",
                     f"{data.name}: ApproxNDCG, test metric vs {name}", log=name == "alpha")

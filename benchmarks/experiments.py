@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="converted records and checkpoints (not kept)")
     parser.add_argument("--smoke", action="store_true",
                         help="the first fold, seed 0, 1 epoch, each grid cut to its first point, "
-                             "sweeps to two points, Chen et al.'s study to the linear scorer, "
+                             "sweeps to two points, Chen et al.'s study to the B64 scorer, "
                              "on OHSUMED (or --data-dir), with cache and work in a temporary "
                              "directory that is removed at the end; then the report")
     return parser

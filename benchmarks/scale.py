@@ -4,14 +4,16 @@
     python benchmarks/scale.py --queries 6000 --presets B256 --epochs 2 --work runs/scale-6000
 
 Protocol. Each stage runs as a child process (from --work as its working directory); its wall
-time, peak RSS (the child's own ru_maxrss, from wait4) and the machine's load average as it
-starts and ends are recorded.
+time, peak RSS (the child's own ru_maxrss, from wait4), CPU time (user + system, its worker
+processes included, from wait4) and the machine's load average as it starts and ends are
+recorded.
   generate         python -m tfapprox.data synthetic WORK/text --lengths mslr: --queries queries
                    (default 31,531, as MSLR-WEB30K), 136 features, labels 0..4, list lengths
                    log-normal like MSLR-WEB30K's (1..1,251 documents, mean ~120), split 3:1:1 by
                    query into train/vali/test.txt, streamed to disk a query at a time.
   convert          python -m tfapprox.data convert WORK/text: ELWC TFRecords of each split in
-                   WORK/records; docs/s as the converter reports it.
+                   WORK/records; docs/s as the converter reports it, and docs per CPU second of
+                   the stage (start-up included), which does not depend on what else runs.
   train-P[-jit]    python -m trainer train on those records: scorer preset P (--presets, default
                    B256,B1024), ApproxNDCG, Adagrad 0.05, batch 32, whole lists (--list-size full,
                    the trainer's default list-length buckets), --epochs epochs (default 3), without
@@ -213,6 +215,7 @@ def _run_stage(work: Path, stage: Stage) -> None:
     peak = usage.ru_maxrss / (2**20 if platform.system() == "Darwin" else 2**10)
     result = {"stage": stage.name, "command": " ".join(stage.command[1:]),
               "wall_seconds": round(wall, 1), "peak_rss_mib": round(peak),
+              "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
               "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
               **stage.finish(work, output)}
     (work / "stages").mkdir(exist_ok=True)
@@ -290,13 +293,15 @@ def _report(work: Path, stages: list[Stage], args) -> str:
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores; load: the 1-minute load "
         "average as the stage started and ended.",
         "",
-        "| stage | wall s | peak RSS MiB | load | result |",
-        "|---|---:|---:|---|---|",
+        "| stage | wall s | peak RSS MiB | CPU s | load | result |",
+        "|---|---:|---:|---:|---|---|",
     ]
     for name, result in done.items():
         start, end = result["load_average"]
+        cpu = result.get("cpu_seconds")  # absent from stages run by an older version
         lines.append(f"| {name} | {result['wall_seconds']:.1f} | {result['peak_rss_mib']:,} | "
-                     f"{start:.1f} → {end:.1f} | {_describe(name, result)} |")
+                     f"{'?' if cpu is None else f'{cpu:.1f}'} | {start:.1f} → {end:.1f} | "
+                     f"{_describe(name, result)} |")
     missing = [stage.name for stage in stages if stage.name not in done]
     if missing:
         lines += ["", f"Not run: {', '.join(missing)}."]
@@ -320,9 +325,10 @@ def _describe(name: str, result: dict[str, Any]) -> str:
     if kind == "generate":
         return f"{result['text_mib']:,} MiB of LETOR text"
     if kind == "convert":
-        rate = result["docs_per_second"]
-        return (f"{sum(result['docs'].values()):,} docs, "
-                f"{'?' if rate is None else f'{rate:,}'} docs/s")
+        rate, docs = result["docs_per_second"], sum(result["docs"].values())
+        cpu = result.get("cpu_seconds")
+        return (f"{docs:,} docs, {'?' if rate is None else f'{rate:,}'} docs/s, "
+                f"{'?' if not cpu else f'{docs / cpu:,.0f}'} docs per CPU second")
     if kind == "train":
         return (f"epochs {', '.join(f'{s:.1f}' for s in result['epoch_seconds'])} s; best epoch "
                 f"{result['best_epoch']}")

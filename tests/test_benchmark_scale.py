@@ -39,12 +39,14 @@ def test_tiny_run_end_to_end_then_resumed(tmp_path, capsys):
     results = {name: json.loads((work / "stages" / f"{name}.json").read_text()) for name in STAGES}
     for name, result in results.items():
         assert result["wall_seconds"] > 0 and result["peak_rss_mib"] > 100, result
-        assert re.search(rf"^\| {name} \| [\d.]+ \| [\d,]+ \| ", out, re.M), name
+        assert result["cpu_seconds"] > 0, result
+        assert re.search(rf"^\| {name} \| [\d.]+ \| [\d,]+ \| [\d.]+ \| ", out, re.M), name
     convert = results["convert"]
     assert convert["lists"] == {"train": 36, "vali": 12, "test": 12}  # 3:1:1 by query
     docs = {split: len((work / "text" / f"{split}.txt").read_text().splitlines())
             for split in ("train", "vali", "test")}
     assert convert["docs"] == docs and convert["docs_per_second"] > 0
+    assert re.search(r"^\| convert \|.* docs/s, [\d,]+ docs per CPU second \|$", out, re.M)
     for model in (results["train-B256"], results["lightgbm"]):
         assert 0 < model["validation"] <= 1 and 0 < model["test"] <= 1, model
         assert 0 < model["seconds_to_best"] and model["best_epoch"] >= 1

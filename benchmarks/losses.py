@@ -2,6 +2,7 @@
 
     python benchmarks/losses.py [--round-seconds 0.3] [--jit] [--no-tfranking] [--loss NAME ...]
                                 [--counted-order-up-to N] [--per-pair-exps]
+                                [--elementwise-sums-up-to N]
 
 Each loss is timed at list sizes 10, 100 and 1000 (batch 256, 64 and 8; float32 labels 0..4,
 no padding) on the TensorFlow backend: the gradient of the reduced loss with respect to the
@@ -22,7 +23,9 @@ sort (`COUNTED_ORDER_UP_TO`: static list sizes up to it, under XLA), and pair ex
 per-document factors or one per pair (`FACTORED_EXPONENTIALS`, under XLA; factors only where every
 list spans at most 2·EXP_LIMIT, so the share of calls that fit is given). Both were chosen from
 CPU measurements: `--counted-order-up-to 0` and `--per-pair-exps` take the other paths, so a run
-on another device (a GPU) can check them.
+on another device (a GPU) can check them. Without XLA, lists of a static size up to
+`ELEMENTWISE_SUMS_UP_TO` sum their pairs by products and reductions instead of batched matmuls
+(`--elementwise-sums-up-to 0` always takes the matmul).
 """
 
 import argparse
@@ -91,14 +94,19 @@ def paths_taken(loss, inputs, jit_compile):
     graph that XLA does not compile but that takes XLA's paths when `jit_compile`
     (`compiled_by_xla` answers so), where the wrappers can read the values they see.
     """
-    orders, fitted, unfactored = [], [], []
+    orders, fitted, unfactored, by_products = [], [], [], []
     counted_order_applies = pair_sums.counted_order_applies
+    elementwise_sums_apply = pair_sums.elementwise_sums_apply
     factored_or_per_pair = pair_sums._factored_or_per_pair
     dense_sigmoid_sums = pair_sums._dense_sigmoid_sums
 
     def order(values):
         orders.append(counted_order_applies(values))
         return orders[-1]
+
+    def products(pairs):
+        by_products.append(elementwise_sums_apply(pairs))
+        return by_products[-1]
 
     def exponentials(fit, *args):
         tf.py_function(lambda value: fitted.append(bool(value)), [fit], [])
@@ -110,6 +118,7 @@ def paths_taken(loss, inputs, jit_compile):
 
     with mock.patch.object(pair_sums, "compiled_by_xla", lambda: jit_compile), \
             mock.patch.object(pair_sums, "counted_order_applies", order), \
+            mock.patch.object(pair_sums, "elementwise_sums_apply", products), \
             mock.patch.object(pair_sums, "_factored_or_per_pair", exponentials), \
             mock.patch.object(pair_sums, "_dense_sigmoid_sums", sigmoid_sums):
         GradientTimer(loss, *inputs, 0.0, jit_compile=False)
@@ -123,6 +132,10 @@ def paths_taken(loss, inputs, jit_compile):
                      f"factored exps in {sum(fitted)}/{len(fitted)} calls, else per pair")
     if any(unfactored):
         found.append("per-pair exps (unfactored sums)")
+    if by_products:
+        found.append("pair sums by products" if all(by_products) else
+                     "pair sums by matmul" if not any(by_products) else
+                     f"pair sums by products in {sum(by_products)}/{len(by_products)}, else matmul")
     return ", ".join(found) or "no compiled-mode choice"
 
 
@@ -183,7 +196,13 @@ def main():
                         f"{pair_sums.COUNTED_ORDER_UP_TO}; 0 always sorts)")
     parser.add_argument("--per-pair-exps", action="store_true",
                         help="under XLA, one exp per pair instead of per-document factors")
+    parser.add_argument("--elementwise-sums-up-to", type=int,
+                        default=pair_sums.ELEMENTWISE_SUMS_UP_TO,
+                        help="without XLA, sum the pairs of lists of a static size up to this by "
+                        "products instead of matmuls (default "
+                        f"{pair_sums.ELEMENTWISE_SUMS_UP_TO}; 0 always takes the matmul)")
     args = parser.parse_args()
+    pair_sums.ELEMENTWISE_SUMS_UP_TO = args.elementwise_sums_up_to
     pair_sums.COUNTED_ORDER_UP_TO = args.counted_order_up_to
     pair_sums.FACTORED_EXPONENTIALS = not args.per_pair_exps
     server = None if args.no_tfranking else TFRankingServer(args.round_seconds, args.jit)
@@ -198,6 +217,8 @@ def main():
     if args.jit:
         compiled += (f"; counted order up to list size {pair_sums.COUNTED_ORDER_UP_TO}, "
                      f"{'factored' if pair_sums.FACTORED_EXPONENTIALS else 'per-pair'} exps")
+    else:
+        compiled += f"; pair sums by products up to list size {pair_sums.ELEMENTWISE_SUMS_UP_TO}"
     print(f"Forward+backward lists/s ({compiled}, float32, CPU, {os.cpu_count()} cores, fastest "
           f"of {ROUNDS} rounds): tfapprox on TensorFlow {tf.__version__}{against}. Pair "
           f"limit (benchmarks/limits.py, same run): {pair_limit / 1e9:.2f} G sigmoid pairs/s.\n")

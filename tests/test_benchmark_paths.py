@@ -23,13 +23,22 @@ def test_orders_are_counted_up_to_the_set_list_size(monkeypatch):
     assert paths_taken(listmle, make_inputs(10, 4), jit_compile=True) == "sorted"
 
 
+def test_pairs_of_short_lists_are_summed_by_products_without_xla(monkeypatch):
+    ranknet = losses.RankNetLoss()
+    assert paths_taken(ranknet, make_inputs(10, 4), jit_compile=False) == "pair sums by products"
+    assert paths_taken(ranknet, make_inputs(100, 2), jit_compile=False) == "pair sums by matmul"
+    assert paths_taken(ranknet, make_inputs(10, 4), jit_compile=True) == "factored exps"
+    monkeypatch.setattr(pair_sums, "ELEMENTWISE_SUMS_UP_TO", 0)
+    assert paths_taken(ranknet, make_inputs(10, 4), jit_compile=False) == "pair sums by matmul"
+
+
 def test_factored_exponentials_where_lists_fit_them(monkeypatch):
     approx_ndcg = losses.ApproxNDCGLoss()  # alpha 10: scores spanning > 17.4 do not fit
     labels, scores = make_inputs(10, 4)
     assert paths_taken(approx_ndcg, (labels, scores), jit_compile=True) == "factored exps"
     wide = paths_taken(approx_ndcg, (labels, scores * 100.0), jit_compile=True)
     assert re.fullmatch(r"factored exps in 0/\d+ calls, else per pair", wide)
-    assert paths_taken(approx_ndcg, (labels, scores), jit_compile=False) == "no compiled-mode choice"
+    assert paths_taken(approx_ndcg, (labels, scores), jit_compile=False) == "pair sums by products"
     monkeypatch.setattr(pair_sums, "FACTORED_EXPONENTIALS", False)
     assert paths_taken(approx_ndcg, (labels, scores), jit_compile=True) == "per-pair exps"
 

@@ -291,3 +291,45 @@ def test_suffix_logsumexp_is_exact_on_both_paths(spread, mode, rng):
                 top + np.log(np.exp(real[p:] - top).sum()) - real[p])
     assert value == pytest.approx(expected, rel=1e-5)
     assert np.all(np.isfinite(grad)) and np.all(grad[~mask] == 0)
+
+
+PAIR_SUMS_OF_SHORT_LISTS = {
+    "sigmoid": lambda y, s: pair_sums.sigmoid_pair_sums(s, y, "dense") * (1.0 + y),
+    "logistic": lambda y, s: pair_sums.logistic_pair_sums(s, y, y >= 1.0, "dense") * (1.0 + y),
+}
+
+
+@pytest.mark.parametrize("unknown_shape", [False, True], ids=["static", "none"])
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("name", sorted(PAIR_SUMS_OF_SHORT_LISTS))
+def test_short_lists_sum_pairs_by_products_as_the_matmul_does(name, mode, unknown_shape, rng,
+                                                              monkeypatch):
+    """Without XLA, lists of a static size up to ELEMENTWISE_SUMS_UP_TO sum their pairs by
+    products and reductions, others (and a `None` size) by matmul: the same values and
+    gradients, weights of 0 and padding included."""
+    labels = rng.integers(0, 4, size=(5, 10)).astype(np.float32)
+    scores = (rng.normal(size=(5, 10)) * 3.0).astype(np.float32)
+    assert pair_sums.elementwise_sums_apply(np.zeros((5, 10, 10)))
+    assert not pair_sums.elementwise_sums_apply(np.zeros((5, 40, 40)))
+    loss = PAIR_SUMS_OF_SHORT_LISTS[name]
+    by_products = loss_and_grad(loss, labels, scores, mode, unknown_shape)
+    monkeypatch.setattr(pair_sums, "ELEMENTWISE_SUMS_UP_TO", 0)
+    by_matmul = loss_and_grad(loss, labels, scores, mode, unknown_shape)
+    assert by_products[0] == pytest.approx(by_matmul[0], rel=1e-6)
+    np.testing.assert_allclose(by_products[1], by_matmul[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("unknown_shape", [False, True], ids=["static", "none"])
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_descending_order_is_a_stable_sort_and_gathers_within_lists(mode, unknown_shape, rng):
+    """`descending_order` (one top_k) sorts each list descending, ties in list order, and
+    `gather_in_lists` reads each list at those indices (read back from the gradient of
+    Σ_p (p + 1)·s_{order[p]})."""
+    keys = rng.integers(0, 4, size=(6, 9)).astype(np.float32)  # many ties
+    keys[1] = float("-inf")
+    _, places = loss_and_grad(
+        lambda y, s: rank_ops.gather_in_lists(s, rank_ops.descending_order(y))
+        * (1.0 + np.arange(9, dtype=np.float32)), keys, rng.normal(size=(6, 9)).astype(np.float32),
+        mode, unknown_shape)
+    np.testing.assert_array_equal(np.argsort(places, axis=-1),
+                                  np.argsort(-keys, axis=-1, kind="stable"))

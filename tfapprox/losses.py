@@ -353,14 +353,15 @@ class ListMLELoss(RankingLoss):
         self.seed = seed
 
     def position_weights(self, labels, positions):
-        """Returns the weight of each position's term and the list normaliser, inputs in y order."""
-        return ops.ones_like(labels), ops.ones(ops.shape(labels)[:1])
+        """Returns the weight of each position's term and the list normaliser, inputs in y order;
+        `(None, None)`: every term weighs 1 and nothing divides (fewer ops than ones)."""
+        return None, None
 
     def per_list(self, labels, mask, scores):
         keys = rank_ops.tie_breaking_keys(scores, mask, self.seed)
         order = rank_ops.plackett_luce_order(labels, mask, keys)
         placed_labels, placed_scores = (
-            ops.take_along_axis(x, order, axis=-1) for x in (labels, scores))
+            rank_ops.gather_in_lists(x, order) for x in (labels, scores))
         # y puts the real documents first, so position p is real when p < their count.
         placed_mask = (ops.expand_dims(ops.arange(ops.shape(labels)[1]), 0)
                        < ops.expand_dims(ops.sum(ops.cast(mask, "int32"), axis=-1), 1))
@@ -368,6 +369,8 @@ class ListMLELoss(RankingLoss):
         positions = ops.cumsum(ops.ones_like(placed_scores), axis=-1)  # s = 1, 2, ..., L
         weights, normaliser = self.position_weights(placed_labels, positions)
         has_relevant = rank_ops.count_per_list(ops.greater(labels, 0.0)) > 0
+        if weights is None:
+            return ops.sum(terms, axis=-1), has_relevant
         return rank_ops.safe_divide(ops.sum(terms * weights, axis=-1), normaliser), has_relevant
 
     def get_config(self):

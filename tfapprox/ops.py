@@ -318,6 +318,24 @@ def tie_breaking_keys(scores, mask, seed):
     return ops.floor((noise - ops.floor(noise)) * KEY_LEVELS) / KEY_LEVELS
 
 
+def descending_order(values):
+    """Returns the indices that sort each list of `values` [B, L] into descending order, equal
+    values in list order: one `ops.top_k` of the whole list (TensorFlow's and JAX's keep equal
+    entries in index order), where `ops.argsort` of −values negates twice around it on
+    TensorFlow."""
+    list_size = values.shape[1] if values.shape[1] is not None else ops.shape(values)[1]
+    return ops.top_k(values, list_size)[1]
+
+
+def gather_in_lists(values, indices):
+    """Returns `values[b, indices[b, p]]`, shaped like `indices` [B, P]: one gather from the
+    flattened batch, where `ops.take_along_axis` broadcasts and reshapes around it."""
+    batch_size, list_size = ops.shape(values)[0], ops.shape(values)[1]
+    offsets = ops.expand_dims(ops.arange(batch_size) * list_size, 1)
+    flat = ops.reshape(indices + ops.cast(offsets, indices.dtype), (-1,))
+    return ops.reshape(ops.take(ops.reshape(values, (-1,)), flat), ops.shape(indices))
+
+
 def plackett_luce_order(labels, mask, keys):
     """Returns the indices that sort each list into the label-consistent permutation y.
 
@@ -335,12 +353,11 @@ def plackett_luce_order(labels, mask, keys):
     def by_label_plus_key():
         if pair_sums.counted_order_applies(labels):
             return pair_sums.descending_order_by_counting(sort_labels + keys)
-        return ops.argsort(-(sort_labels + keys), axis=-1)
+        return descending_order(sort_labels + keys)
 
     def by_key_then_label():
-        by_key = ops.argsort(-keys, axis=-1)
-        labels_by_key = ops.take_along_axis(sort_labels, by_key, axis=-1)
-        return ops.take_along_axis(by_key, ops.argsort(-labels_by_key, axis=-1), axis=-1)
+        by_key = descending_order(keys)
+        return gather_in_lists(by_key, descending_order(gather_in_lists(sort_labels, by_key)))
 
     small_integers = ops.logical_and(ops.equal(labels, ops.floor(labels)),
                                      ops.abs(labels) < LARGEST_EXACT_LABEL)

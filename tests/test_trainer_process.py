@@ -212,7 +212,8 @@ def run_together(commands, cwd):
                 process.kill()
                 process.wait()
     failed = {name: (process.returncode,
-                     [line for line in outputs[name].splitlines() if "rror" in line][:5],
+                     [line for line in outputs[name].splitlines()
+                      if "Error" in line or "error:" in line][:5],
                      outputs[name][-2000:])
               for name, process in processes.items() if process.returncode != 0}
     assert not failed, failed  # each failure: its exit status, first error lines, output's end

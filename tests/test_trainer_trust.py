@@ -115,6 +115,34 @@ def test_run_files_are_replaced_not_written_through_a_link(tmp_path):
     assert not (run_dir / "results.json").is_symlink()
 
 
+def test_claiming_shows_no_temporary_name_and_workers_leave_the_check_to_the_chief(
+        tmp_path, monkeypatch):
+    """Other workers of a cluster start beside the chief as it claims the run directory: the
+    marker appears under its own name at once, and only the chief checks the directory."""
+    run_dir = tmp_path / "run"
+    seen = []
+    create_file = run_files.files.create_file
+    monkeypatch.setattr(run_files.files, "create_file",
+                        lambda path: (seen.append(sorted(os.listdir(run_dir))), create_file(path))[1])
+    run_files.claim(run_dir)
+    assert seen == [[]] and sorted(os.listdir(run_dir)) == [run_files.MARKER]
+
+    from trainer import __main__ as cli, distribute
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / ".tfapprox-run.abc.tmp").write_text("")  # as if a chief were writing its marker
+    config = config_lib.Config.from_dict(config_lib.load_dict(None))
+    config.train.run_dir, config.export.enabled = str(foreign), False
+    worker = distribute.Distribution(None, "multi_worker", False, 1, 2)
+    monkeypatch.setattr(worker, "check_batch_size", lambda _: None)
+    cli._check("train", config, worker)
+    chief = distribute.Distribution(None, "multi_worker", True, 0, 2)
+    monkeypatch.setattr(chief, "check_batch_size", lambda _: None)
+    with pytest.raises(run_files.ForeignRunDir, match="did not write"):
+        cli._check("train", config, chief)
+
+
 def test_logs_and_run_directories_that_are_links_are_refused(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

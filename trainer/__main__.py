@@ -305,8 +305,10 @@ def _check(command: str, config: config_lib.Config, dist) -> None:
             dist.check_batch_size(run.train.batch_size)
     if command == "train":
         data.check_sources(config.data)
+    # Only the chief writes there; another worker would see the chief's writes begin.
+    if command == "train" and dist.is_chief:
         run_files.check_claimable(config.train.run_dir)
-    if command == "cv":
+    if command == "cv" and dist.is_chief:
         run_files.check_claimable(config.cv.out_dir)
     if command == "export" or (command == "train" and config.export.enabled):
         train.check_export_target(config)

@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
+from tfapprox import files
+
 MARKER = ".tfapprox-run"
 OWN_FILES = ("checkpoint.npz", "config.json", "results.json", "evaluation.json")
 LOG_DIRS = ("train", "validation")  # under logs/
@@ -35,8 +37,17 @@ def claim(run_dir: str | os.PathLike) -> Path:
     empty, accepted if it has the marker; raises ForeignRunDir for anything else."""
     run_dir = check_claimable(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    real_directory(run_dir)
     if not (run_dir / MARKER).is_file():
-        write_text(run_dir / MARKER, "a tfapprox trainer run directory\n")
+        # Created in place, never through a temporary name: whoever looks meanwhile sees an empty
+        # directory or a marked one.
+        try:
+            marker = files.create_file(run_dir / MARKER)
+        except FileExistsError:
+            check_claimed(run_dir)  # made meanwhile by another trainer, or a link: refused
+        else:
+            with os.fdopen(marker, "w") as handle:
+                handle.write("a tfapprox trainer run directory\n")
     return run_dir
 
 

@@ -273,7 +273,6 @@ import keras
 from tfapprox import losses
 from trainer import config as config_lib, distribute, train
 
-
 rng = np.random.default_rng(0)
 labels = rng.integers(0, 3, (4, 6)).astype("float32")
 labels[:, -1] = -1.0

@@ -275,9 +275,9 @@ def _dense_sigmoid_sums(values, weights, factored=True):
     ∂/∂v_k = Σ_j σ'_kj·(w_k g_j − g_k w_j), σ' = σ(1 − σ) symmetric in (k, j).
 
     Not compiled by XLA, each op is a pass over the [B, L, L] pairs: one sigmoid kernel, kept
-    for the backward pass (a matmul, or products in short lists: `_row_sums`). Compiled by XLA (JAX; TensorFlow with jit_compile), where
-    the passes fuse and transcendental functions are the cost, each σ(v_j − v_k) is
-    1 / (1 + p), p = e^{v_k − v_j}. When every list of the batch spans at
+    for the backward pass (a matmul, or products in short lists: `_row_sums`). Compiled by XLA
+    (JAX; TensorFlow with jit_compile), where the passes fuse and transcendental functions are the
+    cost, each σ(v_j − v_k) is 1 / (1 + p), p = e^{v_k − v_j}. When every list of the batch spans at
     most 2·EXP_LIMIT, p is a product of two per-document factors (`_exponential_factors`): two
     exps per document instead of one per pair. Wider batches take one exp per pair as well
     (`_only_if`); with `factored=False`, every batch does, without that test. The backward pass

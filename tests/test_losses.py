@@ -375,13 +375,18 @@ def _reference(name, y, s, alpha=10.0, beta=10.0, k=3, topk=None):
     ("listmle", {}), ("weighted_listmle", {}), ("weighted_listmle", {"topk": 3}),
 ])
 def test_matches_the_paper_formula_written_as_loops(name, params, rng):
-    for _ in range(5):
+    """Five lists of 2 to 8 documents, padded into one batch of lists of 8."""
+    labels, scores = np.full((5, 8), -1.0, np.float32), np.zeros((5, 8), np.float32)
+    for y, s in zip(labels, scores):
         n = int(rng.integers(2, 9))
-        y = rng.permutation(n).astype(np.float32) % 4  # some ties for the pairwise losses
+        y[:n] = rng.permutation(n) % 4  # some ties for the pairwise losses
         if name.endswith("listmle"):
-            y = (rng.permutation(n).astype(np.float32) + 2) / 2  # no ties: a unique order
+            y[:n] = (rng.permutation(n) + 2) / 2  # no ties: a unique order
         y[0] = max(y[0], 1.0)
-        s = rng.normal(size=n).astype(np.float32)
-        ours = per_list(losses.get(name, reduction=None, **params), y[None], s[None])[0]
-        assert math.isclose(ours, _reference(name, y.astype(float), s.astype(float), **params),
+        s[:n] = rng.normal(size=n)
+    ours = per_list(losses.get(name, reduction=None, **params), labels, scores)
+    for value, y, s in zip(ours, labels, scores):
+        real = y >= 0
+        assert math.isclose(value, _reference(name, y[real].astype(float),
+                                              s[real].astype(float), **params),
                             rel_tol=2e-5, abs_tol=1e-6)

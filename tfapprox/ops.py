@@ -365,7 +365,6 @@ def plackett_luce_order(labels, mask, keys):
                     by_label_plus_key, by_key_then_label)
 
 
-
 def _add_next_block(width, high, total):
     """One round of the suffix scan: adds to each position's sum the sum `width` places on.
 
@@ -401,7 +400,7 @@ def suffix_logsumexp_minus_self(scores, mask):
     top = ops.max(ops.where(mask, fixed, float("-inf")), axis=-1, keepdims=True,
                   initial=float("-inf"))
     top = ops.where(ops.isfinite(top), top, 0.0)  # a list without real documents
-    exp = ops.where(mask, ops.exp(scores - top), 0.0)
+    exp = ops.exp(ops.where(mask, scores - top, float("-inf")))  # a padded score cannot overflow
     total = ops.flip(ops.cumsum(ops.flip(exp, axis=-1), axis=-1), axis=-1)
     exact = ops.all(ops.logical_or(ops.logical_not(mask), total >= SMALLEST_EXACT_SUFFIX_SUM))
     return ops.cond(

@@ -293,6 +293,17 @@ def test_suffix_logsumexp_is_exact_on_both_paths(spread, mode, rng):
     assert np.all(np.isfinite(grad)) and np.all(grad[~mask] == 0)
 
 
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_suffix_logsumexp_ignores_padded_scores_far_above_the_real_ones(mode, rng):
+    """A padded slot 1e4 above the real scores must not overflow into a NaN gradient."""
+    scores = rng.normal(size=(3, 12)).astype(np.float32)
+    mask = np.arange(12) < np.array([[12], [7], [3]])
+    scores[~mask] = 1e4
+    _, grad = loss_and_grad(
+        lambda y, s: rank_ops.suffix_logsumexp_minus_self(s, mask), None, scores, mode)
+    assert np.all(np.isfinite(grad)) and np.all(grad[~mask] == 0)
+
+
 PAIR_SUMS_OF_SHORT_LISTS = {
     "sigmoid": lambda y, s: pair_sums.sigmoid_pair_sums(s, y, "dense") * (1.0 + y),
     "logistic": lambda y, s: pair_sums.logistic_pair_sums(s, y, y >= 1.0, "dense") * (1.0 + y),

@@ -1,10 +1,12 @@
 """Shared test helpers: random ranking batches and backend-neutral conversion."""
 
+import gc
 import os
 import pathlib
 import shutil
 import subprocess
 import tempfile
+import time
 
 # On JAX every jitted function compiles on its first call, and many tests (in every xdist worker)
 # compile the same programs: a run shares them through JAX's compilation cache, in a temporary
@@ -54,6 +56,24 @@ def letor_folds(tmp_path_factory):
 @pytest.fixture
 def rng():
     return np.random.default_rng(20091207)
+
+
+@pytest.fixture(autouse=True)
+def _collect_what_a_slow_test_left():
+    """Collects the garbage a test that ran over a second left, then freezes what survives.
+
+    Keras leaves a trained model's tf.data iterators in reference cycles, so Python's cyclic
+    collector destroys them, and destroying one waits on its autotuning thread (gdb: the collecting
+    thread in `~LogicalThreadWrapper`, that thread asleep in `Model::OptimizeLoop`). Left to a full
+    collection late in an xdist worker, that stalled single tests for 15-110 s, 100-170 s of one
+    worker's time in all; collected right after the test that made them, none took over 3 s.
+    Frozen, the survivors are not walked again by later collections.
+    """
+    started = time.perf_counter()
+    yield
+    if time.perf_counter() - started > 1.0:
+        gc.collect()
+        gc.freeze()
 
 
 def pytest_unconfigure(config):

@@ -1,7 +1,5 @@
 """Record encodings and graph-only parsers: ELWC (ours and TF-Ranking's layout), SequenceExample."""
 
-import os
-import pathlib
 import subprocess
 import textwrap
 
@@ -11,9 +9,8 @@ import tensorflow as tf
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tensorflow.core.example import example_pb2, feature_pb2
 
+from conftest import side_venv_environment, side_venv_python
 from tfapprox.data import dataset, records
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _elwc_class():
@@ -223,26 +220,9 @@ SIDE_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _side_python():
-    override = os.environ.get("TFAPPROX_TFR_PYTHON")
-    if override:
-        return override
-    try:
-        built = subprocess.run([str(REPO / ".ci" / "tfranking-venv")], capture_output=True, text=True, timeout=3600)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        built = None
-        reason = repr(error)
-    if built is not None and built.returncode == 0:
-        return built.stdout.strip().splitlines()[-1]
-    message = f"TF-Ranking side venv unavailable: {reason if built is None else built.stderr.strip()[-2000:]}"
-    if os.environ.get("CI", "").lower() in ("true", "1"):
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
-
-
 @pytest.mark.parity
 def test_interop_with_tfranking_and_serving_api(tmp_path, rng):
-    python = _side_python()
+    python = side_venv_python()
     sizes = np.array([4, 1, 6])
     features = rng.random((sizes.sum(), 5), dtype=np.float32)
     labels = rng.integers(0, 5, sizes.sum()).astype(np.float32)
@@ -254,11 +234,9 @@ def test_interop_with_tfranking_and_serving_api(tmp_path, rng):
         for record in ours:
             writer.write(record)
     (tmp_path / "side.py").write_text(SIDE_SCRIPT)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-    env.pop("KERAS_BACKEND", None)
     files = [str(tmp_path / name) for name in ("in.npz", "out.npz", "ours.tfrecord", "theirs.tfrecord")]
     run = subprocess.run([python, str(tmp_path / "side.py"), *files], capture_output=True, text=True,
-                         timeout=600, env=env)
+                         timeout=600, env=side_venv_environment())
     assert run.returncode == 0, run.stderr[-4000:]
     theirs = [r.numpy() for r in tf.data.TFRecordDataset(files[3])]
     with np.load(tmp_path / "out.npz") as out:

@@ -38,21 +38,17 @@ break ties at random, ours by list order). What each comparison normalises, and 
 """
 
 import math
-import os
-import pathlib
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import to_numpy
+from conftest import REPO, side_venv_environment, side_venv_python, to_numpy
 from tfapprox import losses, measures, metrics
 from tfapprox import ops as rank_ops
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-VENV_SCRIPT = REPO / ".ci" / "tfranking-venv"
 REFERENCE_SCRIPT = REPO / "tests" / "tfranking_reference.py"
 
 NUM_BATCHES = 120
@@ -94,25 +90,6 @@ def _distinct_labels(rng, real):
     return labels
 
 
-def _side_python():
-    """Returns the side venv's python, or fails (CI) / skips (elsewhere) with the reason."""
-    override = os.environ.get("TFAPPROX_TFR_PYTHON")
-    if override:
-        return override
-    try:
-        built = subprocess.run([str(VENV_SCRIPT)], capture_output=True, text=True, timeout=3600)
-        reason = "\n".join(built.stderr.strip().splitlines()[-6:])
-        ok = built.returncode == 0
-    except (OSError, subprocess.TimeoutExpired) as error:
-        reason, ok = repr(error), False
-    if ok:
-        return built.stdout.strip().splitlines()[-1]
-    message = f"the TF-Ranking 0.5.5 side venv could not be built by {VENV_SCRIPT}: {reason}"
-    if os.environ.get("CI", "").lower() in ("true", "1"):
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def batches():
     return make_batches()
@@ -121,14 +98,12 @@ def batches():
 @pytest.fixture(scope="module")
 def reference(batches, tmp_path_factory):
     """TF-Ranking's values for `batches`, computed once in the side venv."""
-    python = _side_python()
+    python = side_venv_python()
     folder = tmp_path_factory.mktemp("tfranking")
     inputs, outputs = folder / "inputs.npz", folder / "outputs.npz"
     np.savez(inputs, **batches)
-    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-    environment.pop("KERAS_BACKEND", None)
     run = subprocess.run([python, str(REFERENCE_SCRIPT), str(inputs), str(outputs)],
-                         capture_output=True, text=True, timeout=600, env=environment)
+                         capture_output=True, text=True, timeout=600, env=side_venv_environment())
     if run.returncode != 0:
         pytest.fail(f"{REFERENCE_SCRIPT.name} failed under {python}:\n{run.stderr[-4000:]}",
                     pytrace=False)

@@ -1,12 +1,14 @@
 """Prints forward+backward throughput (lists/s) of every tfapprox loss beside TF-Ranking's.
 
-    python benchmarks/losses.py [--round-seconds 0.3] [--jit] [--no-tfranking] [--loss NAME ...]
+    python benchmarks/losses.py [--round-seconds 0.3] [--jit] [--unknown-list-size]
+                                [--no-tfranking] [--loss NAME ...]
                                 [--counted-order-up-to N] [--per-pair-exps]
                                 [--elementwise-sums-up-to N]
 
 Each loss is timed at list sizes 10, 100 and 1000 (batch 256, 64 and 8; float32 labels 0..4,
 no padding) on the TensorFlow backend: the gradient of the reduced loss with respect to the
-scores, in a `tf.function` (XLA with `--jit`), compiled and warmed up first. TF-Ranking 0.5.5's
+scores, in a `tf.function` (XLA with `--jit`; traced for `[None, None]` inputs, as a trainer
+traces whole lists, with `--unknown-list-size`), compiled and warmed up first. TF-Ranking 0.5.5's
 ApproxNDCG (temperature 0.1, i.e. our default alpha = 10), PairwiseLogistic and ListMLE are
 timed the same way by `benchmarks/tfranking_losses.py --serve` in the side venv that
 `.ci/tfranking-venv` prints (built on first use). Our timed rounds alternate with TF-Ranking's,
@@ -58,7 +60,7 @@ NOT_PAIRWISE = ("listmle", "weighted_listmle")  # O(L log L): no share of the pa
 class TFRankingServer:
     """`benchmarks/tfranking_losses.py --serve` in the side venv: one timed round per request."""
 
-    def __init__(self, round_seconds, jit_compile):
+    def __init__(self, round_seconds, jit_compile, unknown_list_size):
         built = subprocess.run([str(REPO / ".ci" / "tfranking-venv")], capture_output=True,
                                text=True)
         if built.returncode != 0:
@@ -66,7 +68,8 @@ class TFRankingServer:
                      "(run with --no-tfranking to time tfapprox alone)")
         python = built.stdout.strip().splitlines()[-1]
         command = [python, str(HERE / "tfranking_losses.py"), "--serve",
-                   "--round-seconds", str(round_seconds)] + (["--jit"] if jit_compile else [])
+                   "--round-seconds", str(round_seconds)] + (["--jit"] if jit_compile else []) + (
+                       ["--unknown-list-size"] if unknown_list_size else [])
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
         self.versions = json.loads(self.read())
@@ -87,7 +90,7 @@ class TFRankingServer:
         self.process.wait()
 
 
-def paths_taken(loss, inputs, jit_compile):
+def paths_taken(loss, inputs, jit_compile, unknown_list_size=False):
     """Returns which `tfapprox.pair_sums` paths a forward+backward pass of `loss` on `inputs` takes.
 
     The helpers that choose are wrapped while one `GradientTimer` traces and calls its step in a
@@ -121,7 +124,7 @@ def paths_taken(loss, inputs, jit_compile):
             mock.patch.object(pair_sums, "elementwise_sums_apply", products), \
             mock.patch.object(pair_sums, "_factored_or_per_pair", exponentials), \
             mock.patch.object(pair_sums, "_dense_sigmoid_sums", sigmoid_sums):
-        GradientTimer(loss, *inputs, 0.0, jit_compile=False)
+        GradientTimer(loss, *inputs, 0.0, jit_compile=False, unknown_list_size=unknown_list_size)
     found = []
     if orders:
         found.append("counted order" if all(orders) else "sorted")
@@ -139,7 +142,7 @@ def paths_taken(loss, inputs, jit_compile):
     return ", ".join(found) or "no compiled-mode choice"
 
 
-def measure(round_seconds, jit_compile, server, names):
+def measure(round_seconds, jit_compile, unknown_list_size, server, names):
     """Returns [(loss, list size, ours lists/s, TF-Ranking loss or None, its lists/s or None,
     paths taken)]."""
     rows = []
@@ -149,8 +152,8 @@ def measure(round_seconds, jit_compile, server, names):
         counterpart = COUNTERPARTS.get(cls.__name__) if server else None
         for list_size, batch_size in SIZES:
             inputs = make_inputs(list_size, batch_size)
-            paths = paths_taken(loss, inputs, jit_compile)
-            timer = GradientTimer(loss, *inputs, round_seconds, jit_compile)
+            paths = paths_taken(loss, inputs, jit_compile, unknown_list_size)
+            timer = GradientTimer(loss, *inputs, round_seconds, jit_compile, unknown_list_size)
             ours, theirs = [], []
             for _ in range(ROUNDS):
                 ours.append(timer.round())
@@ -186,6 +189,8 @@ def main():
     parser.add_argument("--round-seconds", type=float, default=0.3,
                         help=f"length of each of the {ROUNDS} timed rounds (default 0.3)")
     parser.add_argument("--jit", action="store_true", help="compile with XLA (jit_compile)")
+    parser.add_argument("--unknown-list-size", action="store_true",
+                        help="trace for [None, None] inputs, as the trainer traces whole lists")
     parser.add_argument("--no-tfranking", action="store_true",
                         help="time tfapprox alone (no side venv)")
     parser.add_argument("--loss", nargs="+", choices=sorted(losses.LOSSES),
@@ -205,8 +210,9 @@ def main():
     pair_sums.ELEMENTWISE_SUMS_UP_TO = args.elementwise_sums_up_to
     pair_sums.COUNTED_ORDER_UP_TO = args.counted_order_up_to
     pair_sums.FACTORED_EXPONENTIALS = not args.per_pair_exps
-    server = None if args.no_tfranking else TFRankingServer(args.round_seconds, args.jit)
-    rows = measure(args.round_seconds, args.jit, server, args.loss)
+    server = None if args.no_tfranking else TFRankingServer(args.round_seconds, args.jit,
+                                                            args.unknown_list_size)
+    rows = measure(args.round_seconds, args.jit, args.unknown_list_size, server, args.loss)
     pair_limit = pairs_per_second("sigmoid", args.round_seconds)
     against = ""
     if server:
@@ -214,6 +220,8 @@ def main():
         against = (f"; TF-Ranking {server.versions['tensorflow-ranking']} on TensorFlow "
                    f"{server.versions['tensorflow']}")
     compiled = "XLA" if args.jit else "tf.function"
+    if args.unknown_list_size:
+        compiled += " traced for a None list size"
     if args.jit:
         compiled += (f"; counted order up to list size {pair_sums.COUNTED_ORDER_UP_TO}, "
                      f"{'factored' if pair_sums.FACTORED_EXPONENTIALS else 'per-pair'} exps")

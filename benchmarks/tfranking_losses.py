@@ -9,6 +9,7 @@ our rounds with TF-Ranking's and both see the same load on the machine. Run alon
 every TF-Ranking loss and prints JSON:
 
     "$(.ci/tfranking-venv)" benchmarks/tfranking_losses.py [--round-seconds 0.3] [--jit]
+                                                           [--unknown-list-size]
 """
 
 import argparse
@@ -39,12 +40,16 @@ class GradientTimer:
     Building it compiles, warms up and picks how many calls make a round of about
     `round_seconds`; each `round()` returns that round's lists/s. Report the fastest round, as
     `timeit` advises: slower ones measure the other processes on the machine, not the loss.
+    `unknown_list_size` traces the step for `[None, None]` inputs, as whole lists are traced in a
+    trainer.
     """
 
-    def __init__(self, loss, labels, scores, round_seconds=0.3, jit_compile=False):
+    def __init__(self, loss, labels, scores, round_seconds=0.3, jit_compile=False,
+                 unknown_list_size=False):
         self.labels, self.scores = labels, scores
+        signature = [tf.TensorSpec((None, None), tf.float32)] * 2 if unknown_list_size else None
 
-        @tf.function(jit_compile=jit_compile)
+        @tf.function(jit_compile=jit_compile, input_signature=signature)
         def step(labels, scores):
             with tf.GradientTape() as tape:
                 tape.watch(scores)
@@ -87,7 +92,7 @@ def versions():
             for package in ("tensorflow", "tensorflow-ranking")}
 
 
-def serve(round_seconds, jit_compile):
+def serve(round_seconds, jit_compile, unknown_list_size):
     """Answers `LOSS LIST_SIZE` lines on stdin with one round's lists/s each, until EOF."""
     losses, timers = tfranking_losses(), {}
     print(json.dumps(versions()), flush=True)
@@ -97,7 +102,7 @@ def serve(round_seconds, jit_compile):
         if key not in timers:
             batch_size = dict(SIZES)[key[1]]
             timers[key] = GradientTimer(losses[name], *make_inputs(key[1], batch_size),
-                                        round_seconds, jit_compile)
+                                        round_seconds, jit_compile, unknown_list_size)
         print(timers[key].round(), flush=True)
 
 
@@ -106,17 +111,19 @@ def main():
     parser.add_argument("--round-seconds", type=float, default=0.3,
                         help=f"length of each of the {ROUNDS} timed rounds (default 0.3)")
     parser.add_argument("--jit", action="store_true", help="compile with XLA (jit_compile)")
+    parser.add_argument("--unknown-list-size", action="store_true",
+                        help="trace for [None, None] inputs, as a trainer traces whole lists")
     parser.add_argument("--serve", action="store_true",
                         help="answer `LOSS LIST_SIZE` requests on stdin (see the docstring)")
     args = parser.parse_args()
     if args.serve:
-        serve(args.round_seconds, args.jit)
+        serve(args.round_seconds, args.jit, args.unknown_list_size)
         return
     results = []
     for name, loss in tfranking_losses().items():
         for list_size, batch_size in SIZES:
             timer = GradientTimer(loss, *make_inputs(list_size, batch_size), args.round_seconds,
-                                  args.jit)
+                                  args.jit, args.unknown_list_size)
             results.append({"loss": name, "list_size": list_size, "batch_size": batch_size,
                             "lists_per_s": max(timer.round() for _ in range(ROUNDS))})
     print(json.dumps({"versions": versions(), "results": results}))

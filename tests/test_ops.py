@@ -273,26 +273,36 @@ def test_ideal_positions_count_graded_labels_and_compare_others(label_step, pair
     assert value == pytest.approx((expected * weights).sum(), rel=1e-6)
 
 
-@pytest.mark.parametrize("mode", COMPILE_MODES)
+# Every mode with static list sizes, and TensorFlow's traced modes with a `None` list size.
+MODES_AND_SHAPES = ([(mode, False) for mode in COMPILE_MODES]
+                    + [(mode, True) for mode in COMPILE_MODES if mode in ("graph", "xla")])
+
+
+@pytest.mark.parametrize("mode, unknown_shape", MODES_AND_SHAPES)
 @pytest.mark.parametrize("spread", [3.0, 1e4], ids=["cumsum_path", "scan_path"])
-def test_suffix_logsumexp_is_exact_on_both_paths(spread, mode, rng):
-    """Small score gaps take the O(L) cumulative sum, huge ones the scan; both equal float64,
-    and a padded slot far above the real scores overflows into no gradient."""
+def test_suffix_logsumexp_is_exact_on_both_paths(spread, mode, unknown_shape, rng):
+    """Small score gaps take the O(L) cumulative sum, huge ones the scan; both values and the
+    written-out gradient equal float64, with a static list size and a `None` one, and a padded
+    slot far above the real scores changes nothing and gets no gradient."""
     scores = (rng.normal(size=(3, 40)) * spread).astype(np.float32)
     mask = rng.random((3, 40)) < 0.85
     scores[~mask] = 1e4 * spread
+    weights = (1.0 + np.arange(40)).astype(np.float32)
     value, grad = loss_and_grad(
-        lambda y, s: rank_ops.suffix_logsumexp_minus_self(s, mask) * (1.0 + np.arange(40)),
-        None, scores, mode)
-    expected = 0.0
-    for s, m in zip(scores.astype(np.float64), mask):
-        real = s[m]
+        lambda y, s: rank_ops.suffix_logsumexp_minus_self(s, y > 0.0) * weights,
+        mask.astype(np.float32), scores, mode, unknown_shape=unknown_shape)
+    expected, expected_grad = 0.0, np.zeros(scores.shape)
+    for row, (s, m) in enumerate(zip(scores.astype(np.float64), mask)):
+        real, where = s[m], np.flatnonzero(m)
+        log_sums = [real[p:].max() + np.log(np.exp(real[p:] - real[p:].max()).sum())
+                    for p in range(len(real))]
         for p in range(len(real)):
-            top = real[p:].max()
-            expected += (1.0 + np.flatnonzero(m)[p]) * (
-                top + np.log(np.exp(real[p:] - top).sum()) - real[p])
+            expected += weights[where[p]] * (log_sums[p] - real[p])
+            expected_grad[row, where[p]] = -weights[where[p]] + sum(
+                weights[where[i]] * np.exp(real[p] - log_sums[i]) for i in range(p + 1))
     assert value == pytest.approx(expected, rel=1e-5)
-    assert np.all(np.isfinite(grad)) and np.all(grad[~mask] == 0)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-4, atol=1e-3)
+    assert np.all(grad[~mask] == 0)
 
 
 PAIR_SUMS_OF_SHORT_LISTS = {

@@ -379,60 +379,83 @@ def _add_next_block(width, high, total):
     return width * 2, top, total * ops.exp(high - top) + next_total * ops.exp(next_high - top)
 
 
+def _suffix_sums_by_scan(high, total):
+    """Returns Σ_{i ≥ p} e^{high_i} · total_i at each position p as a pair (high, total) (see
+    `_add_next_block`): a log-depth scan (Hillis & Steele), ⌈log2 L⌉ rounds, O(L log L) work,
+    every exponent ≤ 0, so any gaps between the `high`s stay finite. With a static list size the
+    rounds are unrolled; with a `None` one they run in a while loop, which XLA compiles too."""
+    list_size = high.shape[1]
+    if list_size is not None:
+        width = 1
+        while width < list_size:
+            width, high, total = _add_next_block(width, high, total)
+        return high, total
+    list_size = ops.shape(high)[1]
+    _, high, total = ops.while_loop(
+        lambda width, *_: width < list_size, _add_next_block,
+        (ops.convert_to_tensor(1, "int32"), high, total), maximum_iterations=63)
+    return high, total
+
+
 # A reverse cumulative sum of e^{s − max} is exact in float32 while every suffix sum is at least
 # this: what underflows (terms below 2^-126, fewer than 2^40 of them) is then below 2^-86 of it.
 SMALLEST_EXACT_SUFFIX_SUM = 2.0 ** -60
 
 
 def suffix_logsumexp_minus_self(scores, mask):
-    """Returns ln Σ_{i ≥ p, i real} e^{s_i} − s_p at each real position p, and 0 on padded ones.
+    """Returns t_p = ln S_p − s_p, S_p = Σ_{i ≥ p, i real} e^{s_i}, at each real position p, and 0
+    on padded ones; its gradient is written out:
 
-    With a static list size, usually one reverse cumulative sum of e^{s − m}, m the list's top
-    score: O(L). When a batch has a suffix whose sum would underflow that (scores more than ~40
-    below the top at the end of a list), the whole batch takes the log-depth scan of
-    `suffix_logsumexp_by_scan` instead, exact for score gaps of 1e4 (chosen at run time with
-    `ops.cond`). A `None` list size always takes the scan: XLA cannot differentiate a cond over
-    the scan's while loop (nor over its rolls with a dynamic dimension).
+        ∂(Σ_p u_p t_p)/∂s_q = −u_q + Σ_{p ≤ q, p real} u_p e^{s_q − ln S_p}    (q real).
+
+    Both ways, usually one cumulative sum over e^{s − m}, m the list's top score: O(L). When a
+    batch has a suffix whose sum would underflow that (scores more than ~40 below the top at the
+    end of a list), the whole batch takes a log-depth scan instead (`_suffix_sums_by_scan`, exact
+    for score gaps of 1e4), chosen at run time with `ops.cond`. The gradient being written out,
+    nothing differentiates through the `cond` (its gradient plumbing cost more than the sums at
+    list 10 without XLA, and XLA cannot differentiate a `cond` over a while loop).
     """
-    if scores.shape[1] is None:
-        return suffix_logsumexp_by_scan(scores, mask)
-    fixed = ops.stop_gradient(scores)
-    top = ops.max(ops.where(mask, fixed, float("-inf")), axis=-1, keepdims=True,
-                  initial=float("-inf"))
-    top = ops.where(ops.isfinite(top), top, 0.0)  # a list without real documents
-    exp = ops.exp(ops.where(mask, scores - top, float("-inf")))  # a padded score cannot overflow
-    total = ops.flip(ops.cumsum(ops.flip(exp, axis=-1), axis=-1), axis=-1)
-    exact = ops.all(ops.logical_or(ops.logical_not(mask), total >= SMALLEST_EXACT_SUFFIX_SUM))
-    return ops.cond(
-        exact,
-        lambda: ops.where(mask, (top - scores) + ops.log(ops.where(mask, total, 1.0)), 0.0),
-        lambda: suffix_logsumexp_by_scan(scores, mask))
+    @ops.custom_gradient
+    def terms(scores):
+        # m: the top of every score, padded ones too (fewer ops than masking them out); a padded
+        # score far above the real ones makes the real sums underflow, and the batch take the scan
+        top = ops.max(scores, axis=-1, keepdims=True, initial=float("-inf"))
+        exp = ops.exp(ops.where(mask, scores - top, float("-inf")))
+        total = ops.flip(ops.cumsum(ops.flip(exp, axis=-1), axis=-1), axis=-1)
+        total = ops.where(mask, total, 1.0)
+        exact = ops.all(total >= SMALLEST_EXACT_SUFFIX_SUM)  # False for a NaN or infinite top
+
+        def log_sums_by_scan():
+            high, sums = _suffix_sums_by_scan(ops.where(mask, scores, _lowest(scores, mask)),
+                                              ops.cast(mask, scores.dtype))
+            return high + ops.log(ops.where(mask, sums, 1.0))
+
+        log_sums = ops.cond(exact, lambda: top + ops.log(total), log_sums_by_scan)
+
+        def gradient(*args, upstream=None):
+            upstream = ops.where(mask, args[0] if upstream is None else upstream, 0.0)
+
+            def by_cumsum():  # e^{s_q − m} Σ_{p ≤ q} u_p / (e^{−m} S_p), every S_p e^{−m} ≥ 2^-60
+                return exp * ops.cumsum(upstream / total, axis=-1)
+
+            def by_scan():  # the prefix sums as suffix sums of the lists reversed
+                high = ops.where(mask, -log_sums, _lowest(-log_sums, mask))
+                high, sums = _suffix_sums_by_scan(ops.flip(high, axis=-1),
+                                                  ops.flip(upstream, axis=-1))
+                return ops.exp(ops.where(mask, scores + ops.flip(high, axis=-1), float("-inf"))
+                               ) * ops.flip(sums, axis=-1)
+
+            # 0 on padded slots: their e^{s − m} and their upstream are 0
+            return ops.cond(exact, by_cumsum, by_scan) - upstream
+
+        return ops.where(mask, log_sums - scores, 0.0), gradient
+
+    return terms(scores)
 
 
-def suffix_logsumexp_by_scan(scores, mask):
-    """Returns what `suffix_logsumexp_minus_self` does, exact for any score gaps, O(L log L).
-
-    A log-depth scan (Hillis & Steele) over (running max, rescaled sum) pairs: after the round of
-    width w each position holds the sum over its next 2w positions, so ⌈log2 L⌉ rounds and
-    O(L log L) work. Every exponent is ≤ 0 and every real sum ≥ 1, so score gaps of 1e4 give
-    finite values and gradients; the running max carries no gradient and cancels out. With a
-    static list size the rounds are unrolled; with a `None` one (whole lists in a TensorFlow
-    graph) they run in a while loop, which XLA compiles too.
-    """
-    fixed = ops.stop_gradient(scores)
-    lowest = ops.min(ops.where(mask, fixed, float("inf")), axis=-1, keepdims=True,
+def _lowest(values, mask):
+    """Returns each list's lowest real value [B, 1] (0 for a list without real documents): what
+    padded slots hold in a scan, so that they never raise a running maximum."""
+    lowest = ops.min(ops.where(mask, values, float("inf")), axis=-1, keepdims=True,
                      initial=float("inf"))
-    lowest = ops.where(ops.isfinite(lowest), lowest, 0.0)  # a list without real documents
-    high = ops.where(mask, fixed, lowest)
-    total = ops.where(mask, ops.exp(scores - fixed), 0.0)
-    list_size = scores.shape[1]
-    if list_size is not None:
-        width = 1
-        while width < list_size:
-            width, high, total = _add_next_block(width, high, total)
-    else:
-        list_size = ops.shape(scores)[1]
-        _, high, total = ops.while_loop(
-            lambda width, *_: width < list_size, _add_next_block,
-            (ops.convert_to_tensor(1, "int32"), high, total), maximum_iterations=63)
-    return ops.where(mask, (high - scores) + ops.log(ops.where(mask, total, 1.0)), 0.0)
+    return ops.where(ops.isfinite(lowest), lowest, 0.0)

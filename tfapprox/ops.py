@@ -408,17 +408,18 @@ def suffix_logsumexp_minus_self(scores, mask):
 
         ∂(Σ_p u_p t_p)/∂s_q = −u_q + Σ_{p ≤ q, p real} u_p e^{s_q − ln S_p}    (q real).
 
-    Both ways, usually one cumulative sum over e^{s − m}, m the list's top score: O(L). When a
-    batch has a suffix whose sum would underflow that (scores more than ~40 below the top at the
-    end of a list), the whole batch takes a log-depth scan instead (`_suffix_sums_by_scan`, exact
-    for score gaps of 1e4), chosen at run time with `ops.cond`. The gradient being written out,
-    nothing differentiates through the `cond` (its gradient plumbing cost more than the sums at
-    list 10 without XLA, and XLA cannot differentiate a `cond` over a while loop).
+    Both ways, usually one cumulative sum over e^{s − m}, m the list's top score (padded ones
+    included): O(L). When a batch has a suffix whose sum would underflow that (scores more than
+    ~40 below the top at the end of a list), the whole batch takes a log-depth scan instead
+    (`_suffix_sums_by_scan`, exact for score gaps of 1e4), chosen at run time with `ops.cond`.
+    The gradient being written out, nothing differentiates through the `cond` (its gradient
+    plumbing cost more than the sums at list 10 without XLA, and XLA cannot differentiate a
+    `cond` over a while loop).
     """
     @ops.custom_gradient
     def terms(scores):
-        # m: the top of every score, padded ones too (fewer ops than masking them out); a padded
-        # score far above the real ones makes the real sums underflow, and the batch take the scan
+        # padded scores count towards m (fewer ops than masking them out): one far above the
+        # real ones makes the real sums underflow, and the batch take the scan
         top = ops.max(scores, axis=-1, keepdims=True, initial=float("-inf"))
         exp = ops.exp(ops.where(mask, scores - top, float("-inf")))
         total = ops.flip(ops.cumsum(ops.flip(exp, axis=-1), axis=-1), axis=-1)

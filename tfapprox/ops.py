@@ -132,6 +132,14 @@ def _shapes_compatible(a, b):
     return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
 
 
+def _lowest(values, mask):
+    """Returns each list's lowest real value [B, 1] (0 for a list without real documents): what
+    padded slots hold where they must not widen a list's span or raise a running maximum."""
+    lowest = ops.min(ops.where(mask, values, float("inf")), axis=-1, keepdims=True,
+                     initial=float("inf"))
+    return ops.where(ops.isinf(lowest), 0.0, lowest)
+
+
 def approx_ranks(scores, mask, alpha, pairwise="auto"):
     """Returns the smooth positions π̂(x) = 1 + Σ_{y≠x, y real} σ(α(s_y − s_x)) (Qin et al. eq. 20).
 
@@ -142,9 +150,7 @@ def approx_ranks(scores, mask, alpha, pairwise="auto"):
     |α·Δs| up to 1e4 and beyond gives finite values and gradients.
     """
     scaled = ops.multiply(scores, alpha)
-    lowest = ops.min(ops.where(mask, scaled, float("inf")), axis=-1, keepdims=True,
-                     initial=float("inf"))
-    scaled = ops.where(mask, scaled, ops.stop_gradient(ops.where(ops.isinf(lowest), 0.0, lowest)))
+    scaled = ops.where(mask, scaled, ops.stop_gradient(_lowest(scaled, mask)))
     return 0.5 + pair_sums.sigmoid_pair_sums(scaled, ops.cast(mask, COMPUTE_DTYPE), pairwise)
 
 
@@ -452,11 +458,3 @@ def suffix_logsumexp_minus_self(scores, mask):
         return ops.where(mask, log_sums - scores, 0.0), gradient
 
     return terms(scores)
-
-
-def _lowest(values, mask):
-    """Returns each list's lowest real value [B, 1] (0 for a list without real documents): what
-    padded slots hold in a scan, so that they never raise a running maximum."""
-    lowest = ops.min(ops.where(mask, values, float("inf")), axis=-1, keepdims=True,
-                     initial=float("inf"))
-    return ops.where(ops.isfinite(lowest), lowest, 0.0)

@@ -2,7 +2,8 @@
 
     python benchmarks/losses.py [--round-seconds 0.3] [--jit] [--unknown-list-size]
                                 [--no-tfranking] [--loss NAME ...]
-                                [--counted-order-up-to N] [--per-pair-exps]
+                                [--counted-order-up-to N] [--network-order-up-to N]
+                                [--per-pair-exps]
                                 [--elementwise-sums-up-to N]
 
 Each loss is timed at list sizes 10, 100 and 1000 (batch 256, 64 and 8; float32 labels 0..4,
@@ -20,12 +21,13 @@ that `benchmarks/limits.py` measures in the same run (a fused forward pass that 
 pair's σ once, so a forward+backward pass at 100 % would be as cheap as that forward alone).
 
 The path column says which of `tfapprox.pair_sums`' compiled-mode choices each loss took, read
-from a separate traced call (the timed ones are not instrumented): lists ordered by counting or by a
-sort (`COUNTED_ORDER_UP_TO`: static list sizes up to it, under XLA), and pair exponentials from
-per-document factors or one per pair (`FACTORED_EXPONENTIALS`, under XLA; factors only where every
-list spans at most 2·EXP_LIMIT, so the share of calls that fit is given). Both were chosen from
-CPU measurements: `--counted-order-up-to 0` and `--per-pair-exps` take the other paths, so a run
-on another device (a GPU) can check them. Without XLA, lists of a static size up to
+from a separate traced call (the timed ones are not instrumented): lists ordered by counting, by a
+sorting network or by a sort (under XLA, static list sizes up to `COUNTED_ORDER_UP_TO` are
+counted, longer ones up to `NETWORK_ORDER_UP_TO` go through the network), and pair exponentials
+from per-document factors or one per pair (`FACTORED_EXPONENTIALS`, under XLA; factors only where
+every list spans at most 2·EXP_LIMIT, so the share of calls that fit is given). All were chosen
+from CPU measurements: `--counted-order-up-to 0`, `--network-order-up-to 0` and `--per-pair-exps`
+take the other paths, so a run on another device (a GPU) can check them. Without XLA, lists of a static size up to
 `ELEMENTWISE_SUMS_UP_TO` sum their pairs by products and reductions instead of batched matmuls
 (`--elementwise-sums-up-to 0` always takes the matmul).
 """
@@ -99,13 +101,21 @@ def paths_taken(loss, inputs, jit_compile, unknown_list_size=False):
     """
     orders, fitted, unfactored, by_products = [], [], [], []
     counted_order_applies = pair_sums.counted_order_applies
+    network_order_applies = pair_sums.network_order_applies
     elementwise_sums_apply = pair_sums.elementwise_sums_apply
     factored_or_per_pair = pair_sums._factored_or_per_pair
     dense_sigmoid_sums = pair_sums._dense_sigmoid_sums
 
     def order(values):
-        orders.append(counted_order_applies(values))
-        return orders[-1]
+        counted = counted_order_applies(values)
+        orders.append("counted order" if counted else "sorted")
+        return counted
+
+    def network(values):
+        applies = network_order_applies(values)
+        if applies:
+            orders.append("network order")
+        return applies
 
     def products(pairs):
         by_products.append(elementwise_sums_apply(pairs))
@@ -121,13 +131,13 @@ def paths_taken(loss, inputs, jit_compile, unknown_list_size=False):
 
     with mock.patch.object(pair_sums, "compiled_by_xla", lambda: jit_compile), \
             mock.patch.object(pair_sums, "counted_order_applies", order), \
+            mock.patch.object(pair_sums, "network_order_applies", network), \
             mock.patch.object(pair_sums, "elementwise_sums_apply", products), \
             mock.patch.object(pair_sums, "_factored_or_per_pair", exponentials), \
             mock.patch.object(pair_sums, "_dense_sigmoid_sums", sigmoid_sums):
         GradientTimer(loss, *inputs, 0.0, jit_compile=False, unknown_list_size=unknown_list_size)
     found = []
-    if orders:
-        found.append("counted order" if all(orders) else "sorted")
+    found.extend(sorted(set(orders)))
     if fitted and not pair_sums.FACTORED_EXPONENTIALS:
         found.append("per-pair exps")
     elif fitted:
@@ -199,6 +209,10 @@ def main():
                         help="under XLA, order lists of a static size up to this by counting "
                         "instead of sorting (default "
                         f"{pair_sums.COUNTED_ORDER_UP_TO}; 0 always sorts)")
+    parser.add_argument("--network-order-up-to", type=int, default=pair_sums.NETWORK_ORDER_UP_TO,
+                        help="under XLA, order longer lists of a static size up to this by a "
+                        "sorting network instead of sorting (default "
+                        f"{pair_sums.NETWORK_ORDER_UP_TO}; 0 never)")
     parser.add_argument("--per-pair-exps", action="store_true",
                         help="under XLA, one exp per pair instead of per-document factors")
     parser.add_argument("--elementwise-sums-up-to", type=int,
@@ -209,6 +223,7 @@ def main():
     args = parser.parse_args()
     pair_sums.ELEMENTWISE_SUMS_UP_TO = args.elementwise_sums_up_to
     pair_sums.COUNTED_ORDER_UP_TO = args.counted_order_up_to
+    pair_sums.NETWORK_ORDER_UP_TO = args.network_order_up_to
     pair_sums.FACTORED_EXPONENTIALS = not args.per_pair_exps
     server = None if args.no_tfranking else TFRankingServer(args.round_seconds, args.jit,
                                                             args.unknown_list_size)
@@ -224,6 +239,7 @@ def main():
         compiled += " traced for a None list size"
     if args.jit:
         compiled += (f"; counted order up to list size {pair_sums.COUNTED_ORDER_UP_TO}, "
+                     f"network order up to {pair_sums.NETWORK_ORDER_UP_TO}, "
                      f"{'factored' if pair_sums.FACTORED_EXPONENTIALS else 'per-pair'} exps")
     else:
         compiled += f"; pair sums by products up to list size {pair_sums.ELEMENTWISE_SUMS_UP_TO}"

@@ -78,31 +78,63 @@ def test_ideal_positions_and_label_consistent_permutation():
     mask = np.ones_like(labels, bool)
     np.testing.assert_array_equal(to_numpy(rank_ops.ideal_positions(labels, mask)),
                                   [[2, 1, 2, 4]])
-    keys = np.array([[0.2, 0.5, 0.9, 0.1]], np.float32)
+    keys = np.array([[200, 500, 900, 100]], np.int32)
     np.testing.assert_array_equal(
         to_numpy(rank_ops.plackett_luce_order(labels, mask, keys)), [[1, 2, 0, 3]])
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)
+@pytest.mark.parametrize("list_size", [12, 300])  # under XLA: ordered by counting; by network
 @pytest.mark.parametrize("label_step", [1.0, 0.25])  # integer labels: one argsort; else two
-def test_label_consistent_permutation_is_a_lexicographic_sort(label_step, mode):
-    """Integer labels take one argsort, or under XLA (a list of 12) a count; others two
-    argsorts. The order is read back from the gradient of Σ_p (p + 1)·s_{order[p]}."""
+def test_label_consistent_permutation_is_a_lexicographic_sort(label_step, list_size, mode):
+    """Integer labels take one argsort, or under XLA a count (a list of 12) or a sorting network
+    (300); others two argsorts. The order is read back from the gradient of
+    Σ_p (p + 1)·s_{order[p]}."""
     rng = np.random.default_rng(7)
-    labels = (rng.integers(0, 4, size=(16, 12)) * label_step).astype(np.float32)
-    mask = np.arange(12) < rng.integers(1, 13, size=(16, 1))
-    keys = to_numpy(rank_ops.tie_breaking_keys(rng.normal(size=(16, 12)).astype(np.float32),
-                                               mask, seed=3))
+    labels = (rng.integers(0, 4, size=(16, list_size)) * label_step).astype(np.float32)
+    labels[0, :3] = 2040.0 if list_size == 300 else 8000.0  # below the one-sort label limits
+    mask = np.arange(list_size) < rng.integers(1, list_size + 1, size=(16, 1))
+    keys = to_numpy(rank_ops.tie_breaking_keys(
+        rng.normal(size=(16, list_size)).astype(np.float32), seed=3))
     keys[:, ::3] = keys[:, 1::3]  # equal keys too: those stay in list order
     _, places = loss_and_grad(
         lambda y, s: ops.take_along_axis(s, rank_ops.plackett_luce_order(labels, mask, keys),
-                                         axis=-1) * (1.0 + np.arange(12, dtype=np.float32)),
-        None, rng.normal(size=(16, 12)).astype(np.float32), mode)
+                                         axis=-1) * (1.0 + np.arange(list_size, dtype=np.float32)),
+        None, rng.normal(size=(16, list_size)).astype(np.float32), mode)
     order = np.argsort(places, axis=-1)
     for b in range(16):
         real = np.flatnonzero(mask[b])
         expected = real[np.lexsort((real, -keys[b, real], -labels[b, real]))]
         np.testing.assert_array_equal(order[b, :real.size], expected)
+
+
+def test_tie_breaking_keys_spread_over_their_range_and_follow_the_seed(rng):
+    """Keys are ints in [0, KEY_LEVELS), near-uniform over nearby scores, equal for equal scores,
+    and another seed gives other keys."""
+    scores = rng.normal(size=(64, 128)).astype(np.float32)
+    keys = to_numpy(rank_ops.tie_breaking_keys(scores, seed=0))
+    assert keys.dtype == np.int32 and keys.min() >= 0 and keys.max() < rank_ops.KEY_LEVELS
+    counts = np.bincount(keys.ravel() * 16 // rank_ops.KEY_LEVELS, minlength=16)
+    assert counts.min() > 0.8 * keys.size / 16 and counts.max() < 1.2 * keys.size / 16
+    close = to_numpy(rank_ops.tie_breaking_keys(np.float32(1.0) + np.arange(4096, dtype=np.float32)
+                                                * np.float32(2 ** -23), seed=0))
+    assert len(np.unique(close)) > 600  # neighbouring floats: keys spread too
+    np.testing.assert_array_equal(to_numpy(rank_ops.tie_breaking_keys(scores[:, :1], seed=0)),
+                                  keys[:, :1])
+    assert np.mean(to_numpy(rank_ops.tie_breaking_keys(scores, seed=1)) == keys) < 0.01
+
+
+@pytest.mark.parametrize("list_size", [129, 256, 1000])
+def test_network_order_is_a_stable_descending_sort(list_size, rng):
+    """The bitonic network, traced where XLA would take it, is a stable descending argsort of
+    codes up to its limit (many ties; lists not a power of two padded)."""
+    limit = pair_sums.network_code_limit(list_size)
+    codes = rng.integers(0, 8, size=(5, list_size)).astype(np.int32)
+    codes[0] = rng.integers(0, limit, size=list_size)
+    codes[1, :4] = limit - 1
+    order = to_numpy(pair_sums.descending_order_by_network(ops.convert_to_tensor(codes)))
+    np.testing.assert_array_equal(order, np.argsort(-codes.astype(np.int64), axis=-1,
+                                                    kind="stable"))
 
 
 def test_standardize_masks_padding_and_squeezes_scores():

@@ -338,8 +338,8 @@ class ListMLELoss(RankingLoss):
         loss = Σ_{s=1}^{n} (−s_{y(s)} + ln Σ_{i ≥ s} e^{s_{y(i)}}),
 
     where y sorts the documents by descending label. Documents with equal labels are ordered by a
-    stateless pseudo-random key hashed from (seed, document index, score): reproducible for a
-    seed, changing from step to step as the scores move. Without ties it equals TF-Ranking's `ListMLELoss`. The
+    stateless pseudo-random key hashed from (seed, score): reproducible for a seed, changing from
+    step to step as the scores move. Without ties it equals TF-Ranking's `ListMLELoss`. The
     documents are sorted into y once and the suffix log-sum-exps come from one rescaled scan, so
     a list costs O(L log L) and score gaps of 1e4 stay finite. A list contributes when it has a
     document with label > 0.
@@ -358,7 +358,7 @@ class ListMLELoss(RankingLoss):
         return None, None
 
     def per_list(self, labels, mask, scores):
-        keys = rank_ops.tie_breaking_keys(scores, mask, self.seed)
+        keys = rank_ops.tie_breaking_keys(scores, self.seed)
         order = rank_ops.plackett_luce_order(labels, mask, keys)
         placed_labels, placed_scores = (
             rank_ops.gather_in_lists(x, order) for x in (labels, scores))

@@ -304,24 +304,30 @@ def count_per_list(indicator):
     return ops.sum(ops.cast(indicator, COMPUTE_DTYPE), axis=-1)
 
 
-# Tie-breaking keys are multiples of 1/KEY_LEVELS in [0, 1), so an integer label below
-# LARGEST_EXACT_LABEL plus its key is exact in float32 (13 + 10 bits < 24).
-KEY_LEVELS = 1024.0
-LARGEST_EXACT_LABEL = 2.0 ** 13
+# Tie-breaking keys are integers in [0, KEY_LEVELS); an integer label below LARGEST_EXACT_LABEL
+# plus key / KEY_LEVELS is exact in float32 (13 + 10 bits < 24).
+KEY_LEVELS = 1024
+LARGEST_EXACT_LABEL = 2 ** 13
+_GOLDEN = -1640531535  # 0x9E3779B1, ⌊2^32/φ⌋, as an int32
+_SEED_STEP = 1663821227  # 0x632BE5AB, an odd int32
 
 
-def tie_breaking_keys(scores, mask, seed):
-    """Returns pseudo-random keys in [0, 1), multiples of 1/`KEY_LEVELS`, to order documents with
-    equal labels.
+def tie_breaking_keys(scores, seed):
+    """Returns pseudo-random int32 keys in [0, `KEY_LEVELS`) to order documents with equal labels.
 
-    A stateless hash of (seed, index among the real documents, score), so it works under jit on
-    every backend, ignores padding, differs from step to step as the scores move, and is
-    reproducible for a given seed. No gradient.
+    A multiplicative (Fibonacci) hash of each score's float32 bits and the seed: the top 10 bits
+    of (bits + seed·c)·⌊2^32/φ⌋ mod 2^32. Stateless, so it works under jit on every backend;
+    it changes from step to step as the scores move and is reproducible for a given seed.
+    Documents with equal scores get equal keys (and stay in list order, which changes no term of
+    a Plackett–Luce likelihood). No gradient.
     """
-    index = ops.cumsum(ops.cast(mask, COMPUTE_DTYPE), axis=-1)
-    noise = ops.sin(ops.stop_gradient(scores) * 12.9898 + index * 78.233 + float(seed) * 0.618)
-    noise = noise * 43758.5453
-    return ops.floor((noise - ops.floor(noise)) * KEY_LEVELS) / KEY_LEVELS
+    # viewed with a static last axis of 1: Keras 3.15's TensorFlow `view` tests the last axis's
+    # size in Python, which fails for a `None` list size
+    bits = ops.squeeze(ops.view(ops.expand_dims(ops.stop_gradient(scores), -1), "int32"), -1)
+    offset = (seed * _SEED_STEP + 2 ** 31) % 2 ** 32 - 2 ** 31
+    mixed = ops.multiply(ops.add(bits, ops.convert_to_tensor(offset, "int32")),
+                         ops.convert_to_tensor(_GOLDEN, "int32"))
+    return ops.bitwise_and(ops.right_shift(mixed, 22), KEY_LEVELS - 1)
 
 
 def descending_order(values):
@@ -345,30 +351,38 @@ def gather_in_lists(values, indices):
 def plackett_luce_order(labels, mask, keys):
     """Returns the indices that sort each list into the label-consistent permutation y.
 
-    Labels descending; documents with equal labels by descending `keys` (in [0, 1), multiples of
-    1/`KEY_LEVELS`); remaining exact ties in list order; padded slots after every real document.
-    Integer labels (|label| < `LARGEST_EXACT_LABEL`, graded relevance) take one argsort of
-    label + key, which orders the same way exactly; other labels take two stable argsorts, by key
-    and then by label (chosen at run time with `ops.cond`). TensorFlow's argsort goes through
-    top_k, which keeps equal entries in order; jnp.argsort is stable. O(L log L); under XLA,
-    integer labels in lists of a static size up to `tfapprox.pair_sums.COUNTED_ORDER_UP_TO` are
-    ordered by counting.
+    Labels descending; documents with equal labels by descending int32 `keys` (in
+    [0, `KEY_LEVELS`)); remaining ties in list order; padded slots after every real document.
+    Integer labels in [0, `LARGEST_EXACT_LABEL`) (graded relevance) take one argsort of
+    label + key / `KEY_LEVELS`, which orders the same way exactly; other labels take two stable
+    argsorts, by key and then by label (chosen at run time with `ops.cond`). TensorFlow's argsort
+    goes through top_k, which keeps equal entries in order; jnp.argsort is stable. O(L log L).
+    Under XLA, integer labels in lists of a static size are ordered by counting up to
+    `tfapprox.pair_sums.COUNTED_ORDER_UP_TO` and by a sorting network above it
+    (`tfapprox.pair_sums.NETWORK_ORDER_UP_TO`; labels below its code limit / `KEY_LEVELS` − 1).
     """
     sort_labels = ops.where(mask, labels, float("-inf"))
+    by_network = pair_sums.network_order_applies(labels)
+    limit = (pair_sums.network_code_limit(labels.shape[1]) // KEY_LEVELS - 1 if by_network
+             else LARGEST_EXACT_LABEL)
 
     def by_label_plus_key():
+        if by_network:
+            codes = ops.where(mask, ops.cast(labels, "int32") + 1, 0) * KEY_LEVELS + keys
+            return pair_sums.descending_order_by_network(codes)
+        values = sort_labels + ops.cast(keys, COMPUTE_DTYPE) / KEY_LEVELS
         if pair_sums.counted_order_applies(labels):
-            return pair_sums.descending_order_by_counting(sort_labels + keys)
-        return descending_order(sort_labels + keys)
+            return pair_sums.descending_order_by_counting(values)
+        return descending_order(values)
 
     def by_key_then_label():
-        by_key = descending_order(keys)
+        by_key = descending_order(ops.cast(keys, COMPUTE_DTYPE))
         return gather_in_lists(by_key, descending_order(gather_in_lists(sort_labels, by_key)))
 
     small_integers = ops.logical_and(ops.equal(labels, ops.floor(labels)),
-                                     ops.abs(labels) < LARGEST_EXACT_LABEL)
-    return ops.cond(ops.all(ops.logical_or(small_integers, ops.logical_not(mask))),
-                    by_label_plus_key, by_key_then_label)
+                                     ops.logical_and(labels >= 0.0, labels < limit))
+    # read on every slot: `standardize` gives padded slots label 0
+    return ops.cond(ops.all(small_integers), by_label_plus_key, by_key_then_label)
 
 
 def _add_next_block(width, high, total):

@@ -85,7 +85,9 @@ class RankingLoss(keras.losses.Loss):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 
     def per_list(self, labels, mask, scores):
-        """Returns `(loss [B], has_loss [B] bool)` from standardised inputs."""
+        """Returns `(loss [B], has_loss [B] bool)` from standardised inputs; `has_loss` None
+        means every list with two different labels (`has_label_pairs`) has a loss: real labels
+        being ≥ 0, such a list also has a document with label > 0."""
         raise NotImplementedError
 
     def losses_and_flags(self, y_true, y_pred):
@@ -94,8 +96,9 @@ class RankingLoss(keras.losses.Loss):
         one label has none, whatever `per_list` says: every order of it is ideal."""
         labels, mask, scores = rank_ops.standardize(y_true, y_pred)
         loss, has_loss = self.per_list(labels, mask, scores)
-        has_loss = ops.logical_and(has_loss, rank_ops.has_label_pairs(labels, mask))
-        nan_input = rank_ops.nan_input_lists(labels, mask, scores)
+        has_pairs = rank_ops.has_label_pairs(labels, mask)
+        has_loss = has_pairs if has_loss is None else ops.logical_and(has_loss, has_pairs)
+        nan_input = rank_ops.nan_input_lists(labels, scores)
         loss = ops.where(nan_input, float("nan"), ops.where(has_loss, loss, 0.0))
         return loss, ops.logical_or(has_loss, nan_input)
 
@@ -112,6 +115,8 @@ class RankingLoss(keras.losses.Loss):
             result = loss if sample_weight is None else loss * weights
         elif self.reduction == "sum":
             result = ops.sum(loss * weights)
+        elif sample_weight is None:  # a count of lists, and loss is 0 where it has none
+            result = _share_of_replica(ops.sum(loss) / ops.maximum(ops.sum(weights), 1.0))
         else:
             result = rank_ops.safe_divide(ops.sum(loss * weights), ops.sum(weights))
             result = _share_of_replica(result)
@@ -164,8 +169,7 @@ class ApproxNDCGLoss(RankingLoss):
 
     def per_list(self, labels, mask, scores):
         positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta, self.pairwise)
-        has_relevant = rank_ops.count_per_list(ops.greater(labels, 0.0)) > 0
-        return -measures.ndcg(labels, positions, self.topk), has_relevant
+        return -measures.ndcg(labels, positions, self.topk), None
 
     def get_config(self):
         return {**super().get_config(), "alpha": self.alpha, "topk": self.topk, "beta": self.beta,
@@ -264,7 +268,7 @@ class RankNetLoss(RankingLoss):
         as_upper = pair_sums.logistic_pair_sums(scores, labels, mask, self.pairwise)
         weights, normaliser = self.pair_weights(labels, mask)
         total = ops.sum(as_upper * weights, axis=-1)
-        return rank_ops.safe_divide(total, normaliser), rank_ops.has_label_pairs(labels, mask)
+        return rank_ops.safe_divide(total, normaliser), None
 
     def get_config(self):
         return {**super().get_config(), "pairwise": self.pairwise}
@@ -324,8 +328,7 @@ class LambdaRankLoss(RankingLoss):
                                 direct_ops.pair_differences(labels) > 0)  # l_i > l_j
         weights = direct_ops.ndcg_swap_weights(labels, mask, scores, self.topk)
         logistic = ops.softplus(-direct_ops.pair_differences(scores))
-        return (ops.sum(ops.where(pairs, weights * logistic, 0.0), axis=(1, 2)),
-                ops.any(pairs, axis=(1, 2)))
+        return ops.sum(ops.where(pairs, weights * logistic, 0.0), axis=(1, 2)), None
 
     def get_config(self):
         return {**super().get_config(), "topk": self.topk}
@@ -368,10 +371,9 @@ class ListMLELoss(RankingLoss):
         terms = rank_ops.suffix_logsumexp_minus_self(placed_scores, placed_mask)
         positions = ops.cumsum(ops.ones_like(placed_scores), axis=-1)  # s = 1, 2, ..., L
         weights, normaliser = self.position_weights(placed_labels, positions)
-        has_relevant = rank_ops.count_per_list(ops.greater(labels, 0.0)) > 0
         if weights is None:
-            return ops.sum(terms, axis=-1), has_relevant
-        return rank_ops.safe_divide(ops.sum(terms * weights, axis=-1), normaliser), has_relevant
+            return ops.sum(terms, axis=-1), None
+        return rank_ops.safe_divide(ops.sum(terms * weights, axis=-1), normaliser), None
 
     def get_config(self):
         return {**super().get_config(), "seed": self.seed}
@@ -445,8 +447,7 @@ class SoftRankLoss(RankingLoss):
         distributions = direct_ops.rank_distributions(
             direct_ops.beat_probabilities(kept_scores, kept_mask, self.sigma))
         soft_dcg = ops.sum(gains * direct_ops.expected_discounts(distributions), axis=-1)
-        has_relevant = rank_ops.count_per_list(ops.greater(labels, 0.0)) > 0
-        return -rank_ops.safe_divide(soft_dcg, rank_ops.ideal_dcg(labels)), has_relevant
+        return -rank_ops.safe_divide(soft_dcg, rank_ops.ideal_dcg(labels)), None
 
     def get_config(self):
         return {**super().get_config(), "sigma": self.sigma, "max_list_size": self.max_list_size}

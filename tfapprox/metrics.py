@@ -65,7 +65,7 @@ class RankingMetric(keras.metrics.Metric):
         else:
             positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta)
         values = self.measure(labels, relevance, positions)
-        nan_input = rank_ops.nan_input_lists(labels, mask, scores)
+        nan_input = rank_ops.nan_input_lists(labels, scores)
         values = ops.where(nan_input, float("nan"), values)
         counted = ops.any(mask, axis=-1)
         if self.empty_lists == "exclude":

@@ -118,14 +118,14 @@ def _known_values(tensor):
     return ops.convert_to_numpy(tensor)
 
 
-def nan_input_lists(labels, mask, scores):
-    """Returns bool `[B]`: whether a real document of the list has a NaN label or score.
+def nan_input_lists(labels, scores):
+    """Returns bool `[B]`: whether a real document of the list has a NaN label or score, from
+    `standardize`'s outputs (padded slots hold label 0 and score 0).
 
     Such a list's loss and metric are NaN, so bad inputs are seen (by
     `keras.callbacks.TerminateOnNaN`, say) instead of silently ranked.
     """
-    nan_score = ops.any(ops.logical_and(mask, ops.isnan(scores)), axis=-1)
-    return ops.logical_or(ops.any(ops.isnan(labels), axis=-1), nan_score)
+    return ops.any(ops.logical_or(ops.isnan(labels), ops.isnan(scores)), axis=-1)
 
 
 def _shapes_compatible(a, b):
@@ -428,7 +428,7 @@ def suffix_logsumexp_minus_self(scores, mask):
 
         ∂(Σ_p u_p t_p)/∂s_q = −u_q + Σ_{p ≤ q, p real} u_p e^{s_q − ln S_p}    (q real).
 
-    Both ways, usually one cumulative sum over e^{s − m}, m the list's top score (padded ones
+    Both ways, usually one running sum (`pair_sums.running_sums`) over e^{s − m}, m the top score (padded ones
     included): O(L). When a batch has a suffix whose sum would underflow that (scores more than
     ~40 below the top at the end of a list), the whole batch takes a log-depth scan instead
     (`_suffix_sums_by_scan`, exact for score gaps of 1e4), chosen at run time with `ops.cond`.
@@ -442,7 +442,7 @@ def suffix_logsumexp_minus_self(scores, mask):
         # real ones makes the real sums underflow, and the batch take the scan
         top = ops.max(scores, axis=-1, keepdims=True, initial=float("-inf"))
         exp = ops.exp(ops.where(mask, scores - top, float("-inf")))
-        total = ops.flip(ops.cumsum(ops.flip(exp, axis=-1), axis=-1), axis=-1)
+        total = pair_sums.running_sums(exp, reverse=True)
         total = ops.where(mask, total, 1.0)
         exact = ops.all(total >= SMALLEST_EXACT_SUFFIX_SUM)  # False for a NaN or infinite top
 
@@ -457,7 +457,7 @@ def suffix_logsumexp_minus_self(scores, mask):
             upstream = ops.where(mask, args[0] if upstream is None else upstream, 0.0)
 
             def by_cumsum():  # e^{s_q − m} Σ_{p ≤ q} u_p / (e^{−m} S_p), every S_p e^{−m} ≥ 2^-60
-                return exp * ops.cumsum(upstream / total, axis=-1)
+                return exp * pair_sums.running_sums(upstream / total)
 
             def by_scan():  # the prefix sums as suffix sums of the lists reversed
                 high = ops.where(mask, -log_sums, _lowest(-log_sums, mask))

@@ -34,6 +34,7 @@ other path (`benchmarks/losses.py`).
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 COMPUTE_DTYPE = "float32"
@@ -177,6 +178,29 @@ ELEMENTWISE_SUMS_UP_TO = 32
 def elementwise_sums_apply(pairs):
     """Whether `_row_sums` and `_column_sums` of `pairs` [B, L, L] take products and reductions."""
     return pairs.shape[-1] is not None and pairs.shape[-1] <= ELEMENTWISE_SUMS_UP_TO
+
+
+def short_list_without_xla(values):
+    """Whether lists `[B, L]` have a static size up to ELEMENTWISE_SUMS_UP_TO and XLA does not
+    compile them: there TensorFlow's per-op cost rules, and a small matmul beats a cumulative
+    sum (`running_sums`)."""
+    return (values.shape[1] is not None and values.shape[1] <= ELEMENTWISE_SUMS_UP_TO
+            and not compiled_by_xla())
+
+
+def running_sums(values, reverse=False):
+    """Returns Σ_{i ≤ p} v_i at each position p of `values` [B, L] (Σ_{i ≥ p} with `reverse`):
+    a cumulative sum (between flips for `reverse`), or for short lists without XLA
+    (`short_list_without_xla`) one matmul with a triangular matrix of ones (at list 10 a
+    cumulative sum over 256 lists took about 14 µs, the matmul ~5 µs, and no flips)."""
+    list_size = values.shape[1]
+    if short_list_without_xla(values):
+        index = np.arange(list_size)
+        summed = index[:, None] >= index[None, :] if reverse else index[:, None] <= index[None, :]
+        return ops.matmul(values, ops.convert_to_tensor(summed.astype(np.float32)))
+    if reverse:
+        return ops.flip(ops.cumsum(ops.flip(values, axis=-1), axis=-1), axis=-1)
+    return ops.cumsum(values, axis=-1)
 
 
 def _row_sums(pairs, *column_vectors):

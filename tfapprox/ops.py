@@ -57,7 +57,7 @@ def standardize(y_true, y_pred):
         raise ValueError(
             f"y_true (labels) has shape {_static_shape(labels)} but y_pred (scores) has "
             f"shape {_static_shape(scores)}; both must be [batch, list_size]")
-    valid = ops.logical_or(ops.greater_equal(labels, 0.0), ops.isnan(labels))
+    valid = ops.logical_not(ops.less(labels, 0.0))  # NaN is not < 0: it stays real
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
         if not _shapes_compatible(mask.shape, labels.shape):
@@ -155,8 +155,9 @@ def approx_ranks(scores, mask, alpha, pairwise="auto"):
 
 
 def has_label_pairs(labels, mask):
-    """Returns bool `[B]`: whether two real documents of a list have different labels — O(L)."""
-    highest = ops.max(ops.where(mask, labels, float("-inf")), axis=-1, initial=float("-inf"))
+    """Returns bool `[B]`: whether two real documents of a list have different labels — O(L);
+    labels as `standardize` gives them (padded 0, real ≥ 0 or NaN)."""
+    highest = ops.max(labels, axis=-1, initial=float("-inf"))  # padded 0 ≤ every real label
     lowest = ops.min(ops.where(mask, labels, float("inf")), axis=-1, initial=float("inf"))
     return ops.greater(highest, lowest)
 
@@ -321,9 +322,11 @@ def tie_breaking_keys(scores, seed):
     Documents with equal scores get equal keys (and stay in list order, which changes no term of
     a Plackett–Luce likelihood). No gradient.
     """
-    # viewed with a static last axis of 1: Keras 3.15's TensorFlow `view` tests the last axis's
-    # size in Python, which fails for a `None` list size
-    bits = ops.squeeze(ops.view(ops.expand_dims(ops.stop_gradient(scores), -1), "int32"), -1)
+    # a `None` list size is viewed with a last axis of 1: Keras 3.15's TensorFlow `view` tests
+    # the last axis's size in Python
+    scores = ops.stop_gradient(scores)
+    bits = (ops.view(scores, "int32") if scores.shape[-1] is not None
+            else ops.squeeze(ops.view(ops.expand_dims(scores, -1), "int32"), -1))
     offset = (seed * _SEED_STEP + 2 ** 31) % 2 ** 32 - 2 ** 31
     mixed = ops.multiply(ops.add(bits, ops.convert_to_tensor(offset, "int32")),
                          ops.convert_to_tensor(_GOLDEN, "int32"))

@@ -432,9 +432,10 @@ def suffix_logsumexp_minus_self(scores, mask):
         ∂(Σ_p u_p t_p)/∂s_q = −u_q + Σ_{p ≤ q, p real} u_p e^{s_q − ln S_p}    (q real).
 
     Both ways, usually one running sum (`pair_sums.running_sums`) over e^{s − m}, m the list's
-    top score (padded ones included): O(L). When a batch has a suffix whose sum would underflow that (scores more than
-    ~40 below the top at the end of a list), the whole batch takes a log-depth scan instead
-    (`_suffix_sums_by_scan`, exact for score gaps of 1e4), chosen at run time with `ops.cond`.
+    top score (padded ones included): O(L). When a batch has a suffix whose sum would underflow
+    that (scores more than ~40 below the top at the end of a list), the whole batch takes a
+    log-depth scan instead (`_suffix_sums_by_scan`, exact for score gaps of 1e4), chosen at run
+    time with `ops.cond`.
     The gradient being written out, nothing differentiates through the `cond` (its gradient
     plumbing cost more than the sums at list 10 without XLA, and XLA cannot differentiate a
     `cond` over a while loop).

@@ -21,9 +21,10 @@ that `benchmarks/limits.py` measures in the same run (a fused forward pass that 
 pair's σ once, so a forward+backward pass at 100 % would be as cheap as that forward alone).
 
 The path column says which of `tfapprox.pair_sums`' compiled-mode choices each loss took, read
-from a separate traced call (the timed ones are not instrumented): lists ordered by counting, by a
-sorting network or by a sort (under XLA, static list sizes up to `COUNTED_ORDER_UP_TO` are
-counted, longer ones up to `NETWORK_ORDER_UP_TO` go through the network), and pair exponentials
+from a separate traced call (the timed ones are not instrumented): lists ordered by a sorting
+network, by counting or by a sort (under XLA, static list sizes: ListMLE's orders up to
+`NETWORK_ORDER_UP_TO` by the network, other orders up to `COUNTED_ORDER_UP_TO` by counting), and
+pair exponentials
 from per-document factors or one per pair (`FACTORED_EXPONENTIALS`, under XLA; factors only where
 every list spans at most 2·EXP_LIMIT, so the share of calls that fit is given). All were chosen
 from CPU measurements: `--counted-order-up-to 0`, `--network-order-up-to 0` and `--per-pair-exps`
@@ -210,8 +211,8 @@ def main():
                         "instead of sorting (default "
                         f"{pair_sums.COUNTED_ORDER_UP_TO}; 0 always sorts)")
     parser.add_argument("--network-order-up-to", type=int, default=pair_sums.NETWORK_ORDER_UP_TO,
-                        help="under XLA, order longer lists of a static size up to this by a "
-                        "sorting network instead of sorting (default "
+                        help="under XLA, order ListMLE's lists of a static size up to this by a "
+                        "sorting network instead of counting or sorting (default "
                         f"{pair_sums.NETWORK_ORDER_UP_TO}; 0 never)")
     parser.add_argument("--per-pair-exps", action="store_true",
                         help="under XLA, one exp per pair instead of per-document factors")

@@ -84,12 +84,15 @@ def test_ideal_positions_and_label_consistent_permutation():
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)
-@pytest.mark.parametrize("list_size", [12, 300])  # under XLA: ordered by counting; by network
+@pytest.mark.parametrize("list_size, network", [(12, True), (12, False), (300, True)])
 @pytest.mark.parametrize("label_step", [1.0, 0.25])  # integer labels: one argsort; else two
-def test_label_consistent_permutation_is_a_lexicographic_sort(label_step, list_size, mode):
-    """Integer labels take one argsort, or under XLA a count (a list of 12) or a sorting network
-    (300); others two argsorts. The order is read back from the gradient of
+def test_label_consistent_permutation_is_a_lexicographic_sort(label_step, list_size, network,
+                                                             mode, monkeypatch):
+    """Integer labels take one argsort, or under XLA a sorting network (or with that off, a
+    count); others two argsorts. The order is read back from the gradient of
     Σ_p (p + 1)·s_{order[p]}."""
+    if not network:
+        monkeypatch.setattr(pair_sums, "NETWORK_ORDER_UP_TO", 0)
     rng = np.random.default_rng(7)
     labels = (rng.integers(0, 4, size=(16, list_size)) * label_step).astype(np.float32)
     labels[0, :3] = 2040.0 if list_size == 300 else 8000.0  # below the one-sort label limits

@@ -360,9 +360,9 @@ def plackett_luce_order(labels, mask, keys):
     label + key / `KEY_LEVELS`, which orders the same way exactly; other labels take two stable
     argsorts, by key and then by label (chosen at run time with `ops.cond`). TensorFlow's argsort
     goes through top_k, which keeps equal entries in order; jnp.argsort is stable. O(L log L).
-    Under XLA, integer labels in lists of a static size are ordered by counting up to
-    `tfapprox.pair_sums.COUNTED_ORDER_UP_TO` and by a sorting network above it
-    (`tfapprox.pair_sums.NETWORK_ORDER_UP_TO`; labels below its code limit / `KEY_LEVELS` − 1).
+    Under XLA, integer labels in lists of a static size go through a sorting network
+    (`tfapprox.pair_sums.NETWORK_ORDER_UP_TO`; labels below its code limit / `KEY_LEVELS` − 1),
+    or where that is off, are counted up to `tfapprox.pair_sums.COUNTED_ORDER_UP_TO`.
     """
     sort_labels = ops.where(mask, labels, float("-inf"))
     by_network = pair_sums.network_order_applies(labels)
@@ -405,14 +405,9 @@ def _add_next_block(width, high, total):
 def _suffix_sums_by_scan(high, total):
     """Returns Σ_{i ≥ p} e^{high_i} · total_i at each position p as a pair (high, total) (see
     `_add_next_block`): a log-depth scan (Hillis & Steele), ⌈log2 L⌉ rounds, O(L log L) work,
-    every exponent ≤ 0, so any gaps between the `high`s stay finite. With a static list size the
-    rounds are unrolled; with a `None` one they run in a while loop, which XLA compiles too."""
-    list_size = high.shape[1]
-    if list_size is not None:
-        width = 1
-        while width < list_size:
-            width, high, total = _add_next_block(width, high, total)
-        return high, total
+    every exponent ≤ 0, so any gaps between the `high`s stay finite. The rounds run in a while
+    loop, for static list sizes too: unrolled in a branch of `suffix_logsumexp_minus_self`'s
+    `cond`, they made XLA compute both branches (ListMLE at list 10: 452k → 746k lists/s)."""
     list_size = ops.shape(high)[1]
     _, high, total = ops.while_loop(
         lambda width, *_: width < list_size, _add_next_block,

@@ -88,14 +88,15 @@ def test_ideal_positions_and_label_consistent_permutation():
 @pytest.mark.parametrize("label_step", [1.0, 0.25])  # integer labels: one argsort; else two
 def test_label_consistent_permutation_is_a_lexicographic_sort(label_step, list_size, network,
                                                              mode, monkeypatch):
-    """Integer labels take one argsort, or under XLA a sorting network (or with that off, a
-    count); others two argsorts. The order is read back from the gradient of
-    Σ_p (p + 1)·s_{order[p]}."""
+    """Under XLA integer labels take a sorting network (or with that off, a count), others two
+    argsorts; without XLA every label takes one argsort of int64 codes. The order is read back
+    from the gradient of Σ_p (p + 1)·s_{order[p]}."""
     if not network:
         monkeypatch.setattr(pair_sums, "NETWORK_ORDER_UP_TO", 0)
     rng = np.random.default_rng(7)
     labels = (rng.integers(0, 4, size=(16, list_size)) * label_step).astype(np.float32)
     labels[0, :3] = 2040.0 if list_size == 300 else 8000.0  # below the one-sort label limits
+    labels[1, :2] = -0.0  # a real label (not < 0), ordered as 0
     mask = np.arange(list_size) < rng.integers(1, list_size + 1, size=(16, 1))
     keys = to_numpy(rank_ops.tie_breaking_keys(
         rng.normal(size=(16, list_size)).astype(np.float32), seed=3))

@@ -313,6 +313,14 @@ _GOLDEN = -1640531535  # 0x9E3779B1, ⌊2^32/φ⌋, as an int32
 _SEED_STEP = 1663821227  # 0x632BE5AB, an odd int32
 
 
+def _float32_bits(values):
+    """Returns the bits of float32 `values` `[B, L]` as int32. A `None` list size is viewed with a
+    last axis of 1: Keras 3.15's TensorFlow `view` tests the last axis's size in Python."""
+    if values.shape[-1] is not None:
+        return ops.view(values, "int32")
+    return ops.squeeze(ops.view(ops.expand_dims(values, -1), "int32"), -1)
+
+
 def tie_breaking_keys(scores, seed):
     """Returns pseudo-random int32 keys in [0, `KEY_LEVELS`) to order documents with equal labels.
 
@@ -322,11 +330,7 @@ def tie_breaking_keys(scores, seed):
     Documents with equal scores get equal keys (and stay in list order, which changes no term of
     a Plackett–Luce likelihood). No gradient.
     """
-    # a `None` list size is viewed with a last axis of 1: Keras 3.15's TensorFlow `view` tests
-    # the last axis's size in Python
-    scores = ops.stop_gradient(scores)
-    bits = (ops.view(scores, "int32") if scores.shape[-1] is not None
-            else ops.squeeze(ops.view(ops.expand_dims(scores, -1), "int32"), -1))
+    bits = _float32_bits(ops.stop_gradient(scores))
     offset = (seed * _SEED_STEP + 2 ** 31) % 2 ** 32 - 2 ** 31
     mixed = ops.multiply(ops.add(bits, ops.convert_to_tensor(offset, "int32")),
                          ops.convert_to_tensor(_GOLDEN, "int32"))
@@ -356,16 +360,26 @@ def plackett_luce_order(labels, mask, keys):
 
     Labels descending; documents with equal labels by descending int32 `keys` (in
     [0, `KEY_LEVELS`)); remaining ties in list order; padded slots after every real document.
-    Integer labels in [0, `LARGEST_EXACT_LABEL`) (graded relevance) take one argsort of
-    label + key / `KEY_LEVELS`, which orders the same way exactly; other labels take two stable
-    argsorts, by key and then by label (chosen at run time with `ops.cond`). TensorFlow's argsort
-    goes through top_k, which keeps equal entries in order; jnp.argsort is stable. O(L log L).
-    Under XLA, integer labels in lists of a static size go through a sorting network
-    (`tfapprox.pair_sums.NETWORK_ORDER_UP_TO`; labels below its code limit / `KEY_LEVELS` − 1),
-    or where that is off, are counted up to `tfapprox.pair_sums.COUNTED_ORDER_UP_TO`.
+    One sort (TensorFlow's argsort goes through top_k, which keeps equal entries in order;
+    jnp.argsort is stable), O(L log L), of:
+    - without XLA (and on TensorFlow, XLA with a `None` list size), int64 codes from the
+      label's float32 bits and the key: exact for every label, no run-time choice;
+    - under XLA with a static list size, label·`KEY_LEVELS` + key for integer labels, through a
+      sorting network (`tfapprox.pair_sums.NETWORK_ORDER_UP_TO`; labels below its code limit /
+      `KEY_LEVELS` − 1), or where that is off, counted up to
+      `tfapprox.pair_sums.COUNTED_ORDER_UP_TO`, else sorted as label + key / `KEY_LEVELS`
+      (exact in float32 below `LARGEST_EXACT_LABEL`); other labels take two stable argsorts, by
+      key and then by label, chosen at run time with `ops.cond`.
     """
-    sort_labels = ops.where(mask, labels, float("-inf"))
     by_network = pair_sums.network_order_applies(labels)
+    by_counting = not by_network and pair_sums.counted_order_applies(labels)
+    if not (by_network or by_counting) and keras.backend.backend() != "jax":
+        # int64 codes (JAX has them only with x64 on): real labels are ≥ 0 or NaN, and such
+        # float32s, sign bit cleared (for −0), order as their bits do as integers
+        bits = ops.bitwise_and(_float32_bits(labels), 2 ** 31 - 1)
+        codes = ops.cast(bits, "int64") * KEY_LEVELS + ops.cast(keys, "int64")
+        return descending_order(ops.where(mask, codes, -1))
+    sort_labels = ops.where(mask, labels, float("-inf"))
     limit = (pair_sums.network_code_limit(labels.shape[1]) // KEY_LEVELS - 1 if by_network
              else LARGEST_EXACT_LABEL)
 
@@ -374,13 +388,15 @@ def plackett_luce_order(labels, mask, keys):
             codes = ops.where(mask, ops.cast(labels, "int32") + 1, 0) * KEY_LEVELS + keys
             return pair_sums.descending_order_by_network(codes)
         values = sort_labels + ops.cast(keys, COMPUTE_DTYPE) / KEY_LEVELS
-        if pair_sums.counted_order_applies(labels):
+        if by_counting:
             return pair_sums.descending_order_by_counting(values)
         return descending_order(values)
 
     def by_key_then_label():
         by_key = descending_order(ops.cast(keys, COMPUTE_DTYPE))
-        return gather_in_lists(by_key, descending_order(gather_in_lists(sort_labels, by_key)))
+        # −0 as 0: XLA's sort puts −0 below 0
+        labels_by_key = gather_in_lists(ops.where(sort_labels == 0.0, 0.0, sort_labels), by_key)
+        return gather_in_lists(by_key, descending_order(labels_by_key))
 
     small_integers = ops.logical_and(ops.equal(labels, ops.floor(labels)),
                                      ops.logical_and(labels >= 0.0, labels < limit))

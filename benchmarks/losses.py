@@ -24,13 +24,13 @@ The path column says which of `tfapprox.pair_sums`' compiled-mode choices each l
 from a separate traced call (the timed ones are not instrumented): lists ordered by a sorting
 network, by counting or by a sort (under XLA, static list sizes: ListMLE's orders up to
 `NETWORK_ORDER_UP_TO` by the network, other orders up to `COUNTED_ORDER_UP_TO` by counting), and
-pair exponentials
-from per-document factors or one per pair (`FACTORED_EXPONENTIALS`, under XLA; factors only where
-every list spans at most 2·EXP_LIMIT, so the share of calls that fit is given). All were chosen
-from CPU measurements: `--counted-order-up-to 0`, `--network-order-up-to 0` and `--per-pair-exps`
-take the other paths, so a run on another device (a GPU) can check them. Without XLA, lists of a static size up to
-`ELEMENTWISE_SUMS_UP_TO` sum their pairs by products and reductions instead of batched matmuls
-(`--elementwise-sums-up-to 0` always takes the matmul).
+pair exponentials from per-document factors or one per pair (`FACTORED_EXPONENTIALS`, under XLA;
+factors only where every list spans at most 2·EXP_LIMIT, so the share of calls that fit is
+given). All were chosen from CPU measurements: `--counted-order-up-to 0`,
+`--network-order-up-to 0` and `--per-pair-exps` take the other paths, so a run on another device
+(a GPU) can check them. Without XLA, lists of a static size up to `ELEMENTWISE_SUMS_UP_TO` sum
+their pairs by products and reductions instead of batched matmuls (`--elementwise-sums-up-to 0`
+always takes the matmul).
 """
 
 import argparse

@@ -306,8 +306,9 @@ def count_per_list(indicator):
 
 
 # Tie-breaking keys are integers in [0, KEY_LEVELS); an integer label below LARGEST_EXACT_LABEL
-# plus key / KEY_LEVELS is exact in float32 (13 + 10 bits < 24).
-KEY_LEVELS = 1024
+# plus key / KEY_LEVELS is exact in float32 (13 + KEY_BITS bits < 24).
+KEY_BITS = 10
+KEY_LEVELS = 2 ** KEY_BITS
 LARGEST_EXACT_LABEL = 2 ** 13
 _GOLDEN = -1640531535  # 0x9E3779B1, ⌊2^32/φ⌋, as an int32
 _SEED_STEP = 1663821227  # 0x632BE5AB, an odd int32
@@ -324,9 +325,10 @@ def _float32_bits(values):
 def tie_breaking_keys(scores, seed):
     """Returns pseudo-random int32 keys in [0, `KEY_LEVELS`) to order documents with equal labels.
 
-    A multiplicative (Fibonacci) hash of each score's float32 bits and the seed: the top 10 bits
-    of (bits + seed·c)·⌊2^32/φ⌋ mod 2^32. Stateless, so it works under jit on every backend;
-    it changes from step to step as the scores move and is reproducible for a given seed.
+    A multiplicative (Fibonacci) hash of each score's float32 bits and the seed: the top
+    `KEY_BITS` bits of (bits + seed·c)·⌊2^32/φ⌋ mod 2^32. Stateless, so it works under jit on
+    every backend; it changes from step to step as the scores move and is reproducible for a
+    given seed.
     Documents with equal scores get equal keys (and stay in list order, which changes no term of
     a Plackett–Luce likelihood). No gradient.
     """
@@ -334,7 +336,7 @@ def tie_breaking_keys(scores, seed):
     offset = (seed * _SEED_STEP + 2 ** 31) % 2 ** 32 - 2 ** 31
     mixed = ops.multiply(ops.add(bits, ops.convert_to_tensor(offset, "int32")),
                          ops.convert_to_tensor(_GOLDEN, "int32"))
-    return ops.bitwise_and(ops.right_shift(mixed, 22), KEY_LEVELS - 1)
+    return ops.bitwise_and(ops.right_shift(mixed, 32 - KEY_BITS), KEY_LEVELS - 1)
 
 
 def descending_order(values):

@@ -556,10 +556,15 @@ def network_order_applies(values):
     return compiled_by_xla() and list_size is not None and list_size <= NETWORK_ORDER_UP_TO
 
 
+def _network_size(list_size):
+    """Returns n, the power of two ≥ `list_size` (and ≥ 2) the network sorts."""
+    return 2 ** max(list_size - 1, 1).bit_length()
+
+
 def network_code_limit(list_size):
     """Returns the bound on the codes `descending_order_by_network` sorts in lists of
-    `list_size`: they share an int32 with the index, in ⌈log2 L⌉ low bits."""
-    return 2 ** (31 - max(list_size - 1, 1).bit_length())
+    `list_size`: they share an int32 with the index, in log2 n low bits."""
+    return 2 ** 31 // _network_size(list_size)
 
 
 def descending_order_by_network(codes):
@@ -573,7 +578,7 @@ def descending_order_by_network(codes):
     second (first half keeps the larger), then half-cleaners of stride k/4 … 1; log2 n rounds of
     merging, ½·log2 n·(log2 n + 1) compare-exchange steps over the whole batch."""
     list_size = codes.shape[1]
-    size = 2 ** max(list_size - 1, 1).bit_length()
+    size = _network_size(list_size)
     index = ops.arange(list_size, dtype="int32")
     packed = ops.cast(codes, "int32") * size + ops.expand_dims(size - 1 - index, 0)
     if size > list_size:

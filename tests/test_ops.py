@@ -315,16 +315,18 @@ MODES_AND_SHAPES = ([(mode, False) for mode in COMPILE_MODES]
 
 
 @pytest.mark.parametrize("mode, unknown_shape", MODES_AND_SHAPES)
-@pytest.mark.parametrize("spread", [3.0, 1e4], ids=["cumsum_path", "scan_path"])
+@pytest.mark.parametrize("spread, padded", [(3.0, 20.0), (1e4, 1e8), (3.0, 1e4)],
+                         ids=["cumsum_path", "wide_gaps", "padding_far_above"])
 @pytest.mark.parametrize("list_size", [10, 40])  # without XLA, running sums of 10 by a matmul
-def test_suffix_logsumexp_is_exact_on_both_paths(list_size, spread, mode, unknown_shape, rng):
-    """Small score gaps take the O(L) running sums, huge ones the scan; both values and the
-    written-out gradient equal float64, with a static list size and a `None` one, and padded
-    slots above the real scores (far above on the scan path, which they force) change nothing
-    and get no gradient."""
+def test_suffix_logsumexp_is_exact_on_both_paths(list_size, spread, padded, mode, unknown_shape,
+                                                 rng):
+    """Small score gaps take the O(L) running sums, huge ones the fallback (the pairs of short
+    lists without XLA, else the scan), and so do small ones under padded scores far above them;
+    values and the written-out gradient equal float64, with a static list size and a `None`
+    one, and padded slots above the real scores change nothing and get no gradient."""
     scores = (rng.normal(size=(3, list_size)) * spread).astype(np.float32)
     mask = rng.random((3, list_size)) < 0.85
-    scores[~mask] = 1e4 * spread if spread > 3.0 else 20.0
+    scores[~mask] = padded
     weights = (1.0 + np.arange(list_size)).astype(np.float32)
     value, grad = loss_and_grad(
         lambda y, s: rank_ops.suffix_logsumexp_minus_self(s, y > 0.0) * weights,

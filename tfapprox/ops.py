@@ -145,12 +145,14 @@ def approx_ranks(scores, mask, alpha, pairwise="auto"):
 
     π̂ = ½ + `pair_sums.sigmoid_pair_sums` weighted by the mask (its y = x term is σ(0) = ½), so
     padded documents add exactly 0 to every sum, and long lists are summed in blocks (`pairwise`).
-    Padded slots hold the list's lowest real scaled score (no gradient), so they do not widen the
-    list's span; their own π̂ is meaningless and no measure reads it. σ saturates cleanly, so
-    |α·Δs| up to 1e4 and beyond gives finite values and gradients.
+    Under XLA padded slots hold the list's lowest real scaled score (no gradient), so they do not
+    widen the span that decides the factored exponentials; without XLA, where no factors are
+    taken, they hold 0 (4 ops fewer). Their own π̂ is meaningless and no measure reads it.
+    σ saturates cleanly, so |α·Δs| up to 1e4 and beyond gives finite values and gradients.
     """
     scaled = ops.multiply(scores, alpha)
-    scaled = ops.where(mask, scaled, ops.stop_gradient(_lowest(scaled, mask)))
+    fill = ops.stop_gradient(_lowest(scaled, mask)) if pair_sums.compiled_by_xla() else 0.0
+    scaled = ops.where(mask, scaled, fill)
     return 0.5 + pair_sums.sigmoid_pair_sums(scaled, ops.cast(mask, COMPUTE_DTYPE), pairwise)
 
 
@@ -263,7 +265,7 @@ def ideal_dcg(labels, topk=None):
     weights = discounts(positions) * top_k_cutoff(positions, topk)
 
     def by_sorting():
-        best_first = ops.flip(ops.sort(gains(labels), axis=-1), axis=-1)
+        best_first = ops.top_k(gains(labels), ops.shape(labels)[1])[0]
         return ops.sum(best_first * ops.expand_dims(weights, 0), axis=-1)
 
     def by_counting():

@@ -401,8 +401,8 @@ def _dense_logistic_sums(scores, ranked):
     and the values are softplus — or, in short lists (`elementwise_sums_apply`), where
     TensorFlow's softplus kernel was a third of RankNet's step at list 10, max(d, 0) − ln σ(|d|)
     with σ(|d|) taken from the kept σ and one log per row, of the product of its pairs' σ(|d|):
-    RankNet 1.17–1.23× faster there; a row's value is then within L·2^-24 of the exact one
-    (each factor rounds to ½ ulp of 1), its gradient as exact as before.
+    RankNet 1.17–1.23× faster there; a row's value is then within about L·2^-23 of the exact
+    one (each factor and each product rounds to ½ ulp), its gradient as exact as before.
 
     Compiled by XLA (JAX; TensorFlow with jit_compile), where the passes fuse and
     transcendental functions are the cost: with d = s_j − s_k and e = e^{−|d|} ≤ 1,

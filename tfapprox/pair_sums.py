@@ -401,8 +401,9 @@ def _dense_logistic_sums(scores, ranked):
     and the values are softplus — or, in short lists (`elementwise_sums_apply`), where
     TensorFlow's softplus kernel was a third of RankNet's step at list 10, max(d, 0) − ln σ(|d|)
     with σ(|d|) taken from the kept σ and one log per row, of the product of its pairs' σ(|d|):
-    RankNet 1.17–1.23× faster there; a row's value is then within about L·2^-23 of the exact
-    one (each factor and each product rounds to ½ ulp), its gradient as exact as before.
+    RankNet 1.17–1.23× faster there. A row's value then adds at most about L·2^-23 of absolute
+    error to what the sum of softplus makes (so a row of only tiny terms, pairs ordered by wide
+    margins, may come out 0 instead of 1e-9), and its gradient is as exact as before.
 
     Compiled by XLA (JAX; TensorFlow with jit_compile), where the passes fuse and
     transcendental functions are the cost: with d = s_j − s_k and e = e^{−|d|} ≤ 1,

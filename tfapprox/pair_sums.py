@@ -171,7 +171,9 @@ def _pair_sums(row_sums, row_sum_gradients, dense_sums, values, constants, fills
 # [B, L, L] pairs against per-document vectors by products and reductions (forward+backward at
 # list 10: ApproxNDCG and RankNet 1.26× faster; ApproxNDCG at 32 1.12–1.18×, at 100 0.82–0.98×);
 # longer ones, and a `None` size, by matmul. 0 always takes the matmul. Under XLA the pairs fuse
-# and no matmul is used.
+# and no matmul is used. The same lists take RankNet's one log per row (`_dense_logistic_sums`,
+# whose product of σs needs L ≤ 127) and ListMLE's pairs fallback
+# (`tfapprox.ops.suffix_logsumexp_minus_self`).
 ELEMENTWISE_SUMS_UP_TO = 32
 
 

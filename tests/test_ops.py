@@ -226,6 +226,17 @@ def test_an_eager_tape_keeps_no_block_of_pairs_alive(name, pair_function, rng, m
                                atol=1e-5)
 
 
+def test_logistic_sums_of_long_lists_take_softplus_whatever_the_elementwise_bound(monkeypatch):
+    """Without XLA, short lists sum RankNet's pairs by one log per row of a product of σs, each
+    ≥ ½: a list of 150 equal scores would make it 2^-149 (0 once denormals flush) and the value
+    infinite, so lists over 127 take softplus however far ELEMENTWISE_SUMS_UP_TO is raised."""
+    monkeypatch.setattr(pair_sums, "ELEMENTWISE_SUMS_UP_TO", 1000)
+    labels = np.arange(150, dtype=np.float32)[None]
+    value = to_numpy(pair_sums.logistic_pair_sums(np.zeros((1, 150), np.float32), labels,
+                                                  np.ones((1, 150), bool), "dense"))
+    np.testing.assert_allclose(value[0], np.arange(150) * math.log(2.0), rtol=1e-5)
+
+
 @pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("size", [9, 37])
 @pytest.mark.parametrize("spread", [1.0, 30.0, 1e4])

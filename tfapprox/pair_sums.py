@@ -172,7 +172,7 @@ def _pair_sums(row_sums, row_sum_gradients, dense_sums, values, constants, fills
 # list 10: ApproxNDCG and RankNet 1.26× faster; ApproxNDCG at 32 1.12–1.18×, at 100 0.82–0.98×);
 # longer ones, and a `None` size, by matmul. 0 always takes the matmul. Under XLA the pairs fuse
 # and no matmul is used. The same lists take RankNet's one log per row (`_dense_logistic_sums`,
-# whose product of σs needs L ≤ 127) and ListMLE's pairs fallback
+# up to 127 whatever this says) and ListMLE's pairs fallback
 # (`tfapprox.ops.suffix_logsumexp_minus_self`).
 ELEMENTWISE_SUMS_UP_TO = 32
 
@@ -428,10 +428,11 @@ def _dense_logistic_sums(scores, ranked):
         def gradient_from_sigmoid(upstream):  # (Uᵀg)_k − g_k·Σ_j U_kj
             return _column_sums(upper, upstream) - upstream * ops.sum(upper, axis=-1)
 
-        if not elementwise_sums_apply(upper):
+        # (the product below is ≥ 2^(1 − L): a normal float for L ≤ 127, whatever the setting)
+        if not (elementwise_sums_apply(upper) and upper.shape[-1] <= 127):
             return ops.sum(higher * ops.softplus(difference), axis=-1), gradient_from_sigmoid
         # short lists: ln(1 + e^d) = max(d, 0) − ln σ(|d|), and a row's logs are one log of a
-        # product of σ(|d|) = 1 − min(σ, 1 − σ) ≥ ½ (≥ 2^-L in all, no underflow)
+        # product of σ(|d|) = 1 − min(σ, 1 − σ) ≥ ½
         far_side = 1.0 - higher * ops.minimum(sigmoid, 1.0 - sigmoid)
         return (ops.sum(ops.relu(higher * difference), axis=-1)
                 - ops.log(ops.prod(far_side, axis=-1))), gradient_from_sigmoid

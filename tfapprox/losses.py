@@ -343,9 +343,10 @@ class ListMLELoss(RankingLoss):
     where y sorts the documents by descending label. Documents with equal labels are ordered by a
     stateless pseudo-random key hashed from (seed, score): reproducible for a seed, changing from
     step to step as the scores move. Without ties it equals TF-Ranking's `ListMLELoss`. The
-    documents are sorted into y once and the suffix log-sum-exps come from one rescaled scan, so
-    a list costs O(L log L) and score gaps of 1e4 stay finite. A list contributes when it has a
-    document with label > 0.
+    documents are sorted into y once and the suffix log-sum-exps come from one running sum, or,
+    in batches where a suffix would underflow it, from a rescaled scan (the pairs in short lists
+    without XLA), so a list costs O(L log L) and score gaps of 1e4 stay finite. A list
+    contributes when it has a document with label > 0.
     """
 
     def __init__(self, seed=0, reduction="sum_over_batch_size", name="listmle_loss",

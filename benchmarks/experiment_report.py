@@ -26,13 +26,13 @@ PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10
 class Selected:
     """One setting on one dataset: per (fold, seed) the selected run's per-query test values."""
 
-    def __init__(self, setting, dataset, cache, folds, seeds, epochs, say):
+    def __init__(self, setting, dataset, cache, folds, seeds, epochs, say, data_keys=None):
         self.setting, self.dataset = setting, dataset
         self.planned = len(folds) * len(seeds)
         self.by_fold_seed = {}
         for fold in folds:
             for seed in seeds:
-                points = runs_of(setting, dataset, [fold], [seed], epochs)
+                points = runs_of(setting, dataset, [fold], [seed], epochs, data_keys)
                 found = [read_cached(run.cache_path(cache), say) for run in points]
                 if None not in found:  # every grid point, or the choice is not made
                     self.by_fold_seed[fold, seed] = max(
@@ -117,17 +117,19 @@ def table(rows, folds, metrics=METRICS, zero_empty=False, names=None):
 
 
 def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, epochs,
-          say=print) -> Path:
+          say=print, data_keys=None) -> Path:
     """Writes `out/results.md` and `out/results/*.png` with the sections of the `selected` studies
     (names in `studies`, as from `experiment_studies.studies`) for each of `data_sets`; returns the
-    markdown's path. `say` gets one line for each unreadable cache file."""
+    markdown's path. `say` gets one line for each unreadable cache file; `data_keys`: {set name:
+    {fold: `experiment_runs.data_key`}} of the sets whose runs are keyed by their data."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results").mkdir(exist_ok=True)
     unreadable = {}  # one line per file, though several tables read it
     parts = [_header(data_sets, cache, folds, seeds, epochs)]
     for data in data_sets:
         parts.append(f"\n## {data.name}\n")
-        rows = {name: [Selected(s, data.name, cache, folds, seeds, epochs, unreadable.setdefault)
+        rows = {name: [Selected(s, data.name, cache, folds, seeds, epochs, unreadable.setdefault,
+                                (data_keys or {}).get(data.name))
                        for s in settings] for name, settings in studies.items()}
         shown = {name: rows[name] for name in studies if name in selected}
         if "chen" in shown:

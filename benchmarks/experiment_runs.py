@@ -61,6 +61,7 @@ class Run:
     params: tuple[tuple[str, Any], ...] = ()  # loss parameters (LightGBM: its parameters)
     epochs: int = 40
     precision: str = "float32"  # or "mixed_bfloat16": the trainer's --mixed-precision on CPU
+    data: str = ""  # `data_key` of the fold's files; "" for the shared sets (the published files)
 
     def label(self) -> str:
         """Returns the configuration without fold and seed, e.g. `B64 approx_ndcg(alpha=10)`."""
@@ -69,13 +70,25 @@ class Run:
 
     def cache_path(self, cache: Path) -> Path:
         fields = dataclasses.asdict(self)
-        if self.precision == "float32":  # runs cached before precision was a field keep their name
-            del fields["precision"]
+        for field, before in (("precision", "float32"), ("data", "")):
+            if fields[field] == before:  # runs cached before the field existed keep their name
+                del fields[field]
         digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
         params = ",".join(f"{k}={v}" for k, v in self.params) or "default"
         mixed = "" if self.precision == "float32" else f"-{self.precision}"
         return (cache / self.dataset / self.model / f"{self.loss}-{params}-e{self.epochs}{mixed}"
                 / f"Fold{self.fold}-seed{self.seed}-{digest}.json")
+
+
+def data_key(files: dict[str, list[str]]) -> str:
+    """Returns a digest of the trainer's fingerprint (name, size, modification time) of a fold's
+    files and of the LightGBM group files beside them: another set, or this one edited in place,
+    gets another key, so its runs never read this one's results."""
+    from trainer.data import fingerprint
+
+    paths = [p for split in SPLITS for path in files[split]
+             for p in (path, path + ".query") if p == path or Path(p).is_file()]
+    return hashlib.sha1(json.dumps(fingerprint(paths)).encode()).hexdigest()[:10]
 
 
 def read_cached(path: Path, say: Callable[[str], None]) -> dict[str, Any] | None:

@@ -78,9 +78,10 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
 NEURAL_EPOCHS, LIGHTGBM_ROUNDS = 40, 1000
 
 
-def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int):
-    """Returns every `Run` a setting needs (each grid point, fold and seed)."""
+def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int, data_keys=None):
+    """Returns every `Run` a setting needs (each grid point, fold and seed); `data_keys`:
+    {fold: `data_key` of its files} for a set of the user's, None for the shared sets."""
     rounds = LIGHTGBM_ROUNDS if setting.model == "lightgbm" else epochs
     return [Run(dataset, fold, seed, setting.model, setting.loss, point, rounds,
-                setting.precision)
+                setting.precision, (data_keys or {}).get(fold, ""))
             for fold in folds for seed in seeds for point in setting.points()]

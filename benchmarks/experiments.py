@@ -34,7 +34,9 @@ Studies (`--study`, any subset; the report has the sections of those given):
 
 Every finished run is cached as JSON under --cache (default benchmarks/results/, committed, for the
 shared sets; runs/reports/NAME/cache/ for yours): a rerun skips it, so a killed run resumes where it
-stopped; a cache file that holds no complete result counts as not run. `report` rebuilds
+stopped; a cache file that holds no complete result counts as not run. Runs on your sets are keyed by
+the fingerprint of their fold's files (names, sizes, modification times) too: another DIR under the
+same NAME, or DIR edited in place, never reads them. `report` rebuilds
 results.md and its plots (docs/ for the shared sets, runs/reports/NAME/ for yours) from the cache
 alone, saying which runs are missing.
 
@@ -59,7 +61,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.experiment_runs import DataSet, execute, read_cached
+from benchmarks.experiment_runs import DataSet, data_key, execute, read_cached
 from benchmarks.experiment_studies import NEURAL_EPOCHS, runs_of, studies
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,13 +69,15 @@ DATASETS = ("OHSUMED", "MQ2008")
 SHARED_FOLDS = (1, 2, 3, 4, 5)
 
 
-def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Path) -> None:
+def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Path,
+            data_keys) -> None:
     """Executes every missing run, caching each as soon as it finishes.
 
-    `fold_files`: {set name: {fold: {split: files}}}.
+    `fold_files`: {set name: {fold: {split: files}}}; `data_keys`: as from `_data_keys`.
     """
     planned = list(dict.fromkeys(run for name in fold_files for setting in settings
-                                 for run in runs_of(setting, name, folds, seeds, epochs)))
+                                 for run in runs_of(setting, name, folds, seeds, epochs,
+                                                    data_keys.get(name))))
     missing = [run for run in planned if read_cached(run.cache_path(cache), print) is None]
     print(f"{len(planned)} runs planned, {len(planned) - len(missing)} cached, "
           f"{len(missing)} to run", flush=True)
@@ -147,9 +151,10 @@ def _data_sets(parser, args) -> list[DataSet]:
         return [DataSet(name, args.data / name, shared=True) for name in names]
     if args.dataset:
         parser.error("--dataset and --data-dir exclude each other: run them separately")
-    name = args.name or args.data_dir.resolve().name
-    if not re.fullmatch(r"\w[\w.@+-]*", name):
-        parser.error(f"--name {name!r}: use letters, digits and _.@+- (it names a folder)")
+    name = args.data_dir.resolve().name if args.name is None else args.name
+    if not re.fullmatch(r"\w[\w.@+-]{0,99}", name):
+        parser.error(f"--name {name!r}: use 1 to 100 letters, digits and _.@+- (it names a "
+                     "folder)")
     return [DataSet(name, args.data_dir)]
 
 
@@ -168,6 +173,13 @@ def _fold_files(parser, args, data_sets) -> dict[str, dict[int, dict[str, list[s
     return found
 
 
+def _data_keys(data_sets, fold_files) -> dict[str, dict[int, str]]:
+    """Returns {set name: {fold: `data_key` of its files}} for the user's sets; a shared set's runs
+    are keyed by its name alone (its files are the published ones, and its cache is committed)."""
+    return {s.name: {fold: data_key(files) for fold, files in fold_files[s.name].items()}
+            for s in data_sets if not s.shared}
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -184,26 +196,27 @@ def main(argv=None) -> int:
         args.cache = args.cache or (own / "cache" if args.data_dir else
                                     REPO / "benchmarks" / "results")
         args.out = args.out or (own if args.data_dir else REPO / "docs")
-        return _execute(args, data_sets, fold_files)
+        return _execute(args, data_sets, fold_files, _data_keys(data_sets, fold_files))
     with tempfile.TemporaryDirectory(prefix="tfapprox-experiments-") as temp:
         args.folds, args.seeds, args.epochs = args.folds[:1], [0], 1
         args.cache, args.work = Path(temp) / "cache", Path(temp) / "work"
         args.out = args.out or Path(temp) / "docs"
-        return _execute(args, data_sets, fold_files)
+        return _execute(args, data_sets, fold_files, _data_keys(data_sets, fold_files))
 
 
-def _execute(args, data_sets, fold_files) -> int:
+def _execute(args, data_sets, fold_files, data_keys) -> int:
     chosen = studies(smoke=args.smoke)
     if args.command == "run":
         settings = list(dict.fromkeys(s for name in args.study for s in chosen[name]
                                       if args.loss is None or s.loss in args.loss))
-        run_all(settings, fold_files, args.folds, args.seeds, args.epochs, args.cache, args.work)
+        run_all(settings, fold_files, args.folds, args.seeds, args.epochs, args.cache, args.work,
+                data_keys)
         if not args.smoke:
             return 0
     from benchmarks import experiment_report
 
     written = experiment_report.write(chosen, args.study, args.cache, args.out, data_sets,
-                                      args.folds, args.seeds, args.epochs)
+                                      args.folds, args.seeds, args.epochs, data_keys=data_keys)
     print(f"wrote {written}")
     return 0
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from benchmarks import experiments
+from benchmarks.experiment_runs import DataSet, data_key
 from benchmarks.experiment_studies import runs_of, studies
 from conftest import REPO
 from tfapprox.data import write_letor, write_splits
@@ -53,9 +54,11 @@ def five_parts(directory):
         (directory / f"S{part}.txt").write_text("".join(lines))
 
 
-def lightgbm_cache_paths(cache, dataset):
+def lightgbm_cache_paths(cache, dataset, data_dir=None):
+    """Returns Fold1 seed 0's cache files; `data_dir`: a set of the user's, keyed by its data."""
     setting = studies()["lightgbm"][0]
-    return [run.cache_path(cache) for run in runs_of(setting, dataset, [1], [0], 1)]
+    keys = data_dir and {1: data_key(DataSet(dataset, data_dir).folds()[1])}
+    return [run.cache_path(cache) for run in runs_of(setting, dataset, [1], [0], 1, keys)]
 
 
 @pytest.mark.parametrize("content", ["", '{"validation": {"ndcg@10": 0.5}, "qi', "[]"])
@@ -71,11 +74,11 @@ def test_report_names_an_unreadable_cache_file(tmp_path, capsys, content):
 
 
 def test_run_redoes_an_unreadable_cache_file(tmp_path, capsys):
-    cache = tmp_path / "cache"
-    paths = lightgbm_cache_paths(cache, "mine")
+    cache, data = tmp_path / "cache", fold_tree(tmp_path / "data")
+    paths = lightgbm_cache_paths(cache, "mine", data)
     paths[0].parent.mkdir(parents=True)
     paths[0].write_text('{"validation": {"ndc')
-    assert experiments.main(["run", *LIGHTGBM, "--data-dir", str(fold_tree(tmp_path / "data")),
+    assert experiments.main(["run", *LIGHTGBM, "--data-dir", str(data),
                              "--name", "mine", "--cache", str(cache),
                              "--work", str(tmp_path / "work")]) == 0
     out = capsys.readouterr().out
@@ -85,7 +88,8 @@ def test_run_redoes_an_unreadable_cache_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, flag", [
     (["--folds", "7"], "--folds 7"), (["--folds", "0"], "--folds"), (["--epochs", "0"], "--epochs"),
-    (["--seeds", "-1"], "--seeds"), (["--name", "../up"], "--name"),
+    (["--seeds", "-1"], "--seeds"), (["--name", "../up"], "--name"), (["--name", ""], "--name"),
+    (["--name", "n" * 300], "--name"),
     (["--dataset", "OHSUMED"], "--dataset"), (["--data-dir", "/nonexistent/set"], "--data-dir")])
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys, flags, flag):
     if "--data-dir" not in flags:
@@ -97,6 +101,29 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys, flags, flag):
     err = capsys.readouterr().err.strip().splitlines()
     assert "error: " in err[-1] and flag in err[-1] and "Traceback" not in "".join(err)
     assert not (tmp_path / "cache").exists()
+
+
+def test_results_are_keyed_by_the_data_they_came_from(tmp_path, capsys):
+    """Two sets under one name, or one set edited in place, never share a cached result."""
+    first, second = fold_tree(tmp_path / "one", folds=1), fold_tree(tmp_path / "two", folds=1)
+    flags = [*LIGHTGBM, "--name", "same", "--cache", str(tmp_path / "cache"),
+             "--work", str(tmp_path / "work")]
+    assert experiments.main(["run", "--data-dir", str(first), *flags]) == 0
+    assert "3 runs planned, 0 cached, 3 to run" in capsys.readouterr().out
+
+    def report(data):
+        out = tmp_path / "report"
+        assert experiments.main(["report", "--data-dir", str(data), *flags, "--out", str(out)]) == 0
+        return (out / "results.md").read_text().split("### LightGBM")[1]
+
+    assert "| not run" not in report(first)
+    assert "| not run" in report(second)
+    test_file = first / "Fold1" / "test.txt"
+    test_file.write_text(test_file.read_text().replace("qid:", "qid:9", 1))  # edited in place
+    assert "| not run" in report(first)
+    capsys.readouterr()
+    assert experiments.main(["run", "--data-dir", str(second), *flags]) == 0
+    assert "3 runs planned, 0 cached, 3 to run" in capsys.readouterr().out
 
 
 def test_missing_shared_data_is_a_one_line_error(capsys):

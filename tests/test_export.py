@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow  # builds and exports SavedModels: `-m "not slow"`
 
 NUM_FEATURES = 7
 LENGTHS = (2, 5, 3)
+MAX_DOCUMENTS = 60  # the module's export: above every request here but the one that tests it
 SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
 ON_TENSORFLOW = keras.backend.backend() == "tensorflow"
 needs_tensorflow = pytest.mark.skipif(not ON_TENSORFLOW, reason="export needs the TF backend")
@@ -69,7 +70,8 @@ def exported(tmp_path_factory):
         pytest.skip("export needs the TF backend")
     model = _trained_scorer()
     base_dir = tmp_path_factory.mktemp("saved_models")
-    path = export.export_saved_model(model, base_dir, "ranker", NUM_FEATURES)
+    path = export.export_saved_model(model, base_dir, "ranker", NUM_FEATURES,
+                                     max_documents=MAX_DOCUMENTS)
     return model, base_dir, path
 
 
@@ -362,6 +364,7 @@ def test_versions_count_up_and_are_never_overwritten(tmp_path):
         ({"version": True}, "version must be None or a non-negative integer"),
         ({"num_features": 0}, "num_features must be a positive integer"),
         ({"example_layout": "csv"}, "example_layout must be one of"),
+        ({"max_documents": 0}, "max_documents must be a positive integer"),
     ],
 )
 def test_invalid_arguments_are_named(tmp_path, kwargs, message):
@@ -435,6 +438,87 @@ def test_a_document_without_features_is_named(loaded):
         loaded.signatures["serving_default"](elwc=tf.constant(elwc))
 
 
+@needs_tensorflow
+@pytest.mark.parametrize("signature", ["serving_default", "score_features"])
+def test_finite_features_that_overflow_the_scores_are_refused(loaded, signature):
+    import tensorflow as tf
+
+    features, mask = _lists(12)
+    features[1, 2] = 3e38 * np.where(np.arange(NUM_FEATURES) % 2, 1, -1)
+    inputs = {"serving_default": {"elwc": _requests(features, mask)[0]},
+              "score_features": {"features": features}}[signature]
+    expected = f"{signature}: scores are not finite.*documents.*\\] \\[1\\]"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=expected):
+        loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+
+
+def _per_feature_documents(features, skip=()):
+    """Returns one serialized per_feature tf.Example per row of `features` [n, F], keys "1".."F",
+    leaving out the 1-based keys in `skip`."""
+    import tensorflow as tf
+
+    documents = []
+    for row in features:
+        example = tf.train.Example()
+        for i, value in enumerate(row, 1):
+            if i not in skip:
+                example.features.feature[str(i)].float_list.value.append(value)
+        documents.append(example.SerializeToString())
+    return documents
+
+
+@needs_tensorflow
+def test_per_feature_export_refuses_documents_without_its_keys(exported, tmp_path):
+    import tensorflow as tf
+
+    model = exported[0]
+    path = export.export_saved_model(model, tmp_path, "ranker", NUM_FEATURES,
+                                     example_layout="per_feature")
+    signatures = tf.saved_model.load(path).signatures
+    features, mask = _lists(13)
+    features[0, 1, 3] = 0.0  # key "4" is left out of every document: it reads as 0
+    documents = _per_feature_documents(features[mask], skip=(4,))
+    expected = _expected_scores(model, np.where(mask[:, :, None], features, 0), mask)[mask]
+    scores = signatures["score_examples"](examples=tf.constant(documents))["scores"].numpy()
+    assert np.all(np.isfinite(scores))
+    np.testing.assert_allclose(scores[1], expected[1], atol=1e-5)
+    vector_layout_elwc, vector_layout_examples = _requests(features, mask)
+    for signature, inputs in [("serving_default", {"elwc": vector_layout_elwc}),
+                              ("score_examples", {"examples": vector_layout_examples})]:
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=f"{signature}: a document holds none of the features "):
+            signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+    nan = _per_feature_documents(np.full((1, NUM_FEATURES), np.nan, "float32"), skip=(2,))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="feature values must be finite"):
+        signatures["score_examples"](examples=tf.constant(nan))
+    for signature, inputs in export._warmup_requests(NUM_FEATURES, "per_feature", 60):
+        (scores,) = signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()}).values()
+        assert np.all(np.isfinite(scores.numpy()))
+
+
+@needs_tensorflow
+def test_requests_beyond_the_document_bound_are_refused(loaded):
+    """Lists are padded to the longest: 3 lists of 30, 1 and 1 documents pad to 90 > 60."""
+    import tensorflow as tf
+
+    features = np.random.default_rng(14).normal(size=(3, 30, NUM_FEATURES)).astype("float32")
+    lengths = (30, 1, 1)
+    canonical = [records.encode_elwc(f[:n]) for f, n in zip(features, lengths)]
+    parsed = [_protobuf_lists(f[None, :n], extra="other")[0] for f, n in zip(features, lengths)]
+    message = ("serving_default: a request may hold at most 60 documents.*longest.*"
+               "this one: 3 lists of up to 30")
+    for elwc in (canonical, parsed):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            loaded.signatures["serving_default"](elwc=tf.constant(elwc))
+        for one in elwc:  # each list on its own fits
+            loaded.signatures["serving_default"](elwc=tf.constant([one]))
+    examples = records.encode_examples(np.zeros((61, NUM_FEATURES), "float32"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="score_examples: a request may hold"):
+        loaded.signatures["score_examples"](examples=tf.constant(examples))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="score_features: a request may hold"):
+        loaded.signatures["score_features"](features=tf.zeros([3, 30, NUM_FEATURES]))
+
+
 def _protobuf_lists(features, context=None, extra=None):
     """Returns one ELWC per list of `features` [B, L, F] serialized by protobuf (TF Serving's
     input_pb2), documents holding "features" (and `extra`, a feature of one float, if given)."""
@@ -459,7 +543,7 @@ def _read_canonical(strings, lists):
     import tensorflow as tf
 
     fits, features, mask = export._read_canonical(tf.constant(strings, tf.string), NUM_FEATURES,
-                                                  lists)
+                                                  lists, MAX_DOCUMENTS)
     return bool(fits), features.numpy(), mask.numpy()
 
 
@@ -624,6 +708,17 @@ def test_only_ascii_digit_directories_are_versions(tmp_path):
     assert export.next_version(model_dir) == 3
     path = export.export_saved_model(DNNScorer((4,)), tmp_path, "ranker", NUM_FEATURES)
     assert path == str(model_dir / "3")
+
+
+@needs_tensorflow
+def test_files_named_like_versions_are_stepped_past(tmp_path):
+    model_dir = tmp_path / "ranker"
+    model_dir.mkdir()
+    (model_dir / "1").write_text("a note, not a version")
+    assert export.next_version(model_dir) == 2
+    path = export.export_saved_model(DNNScorer((4,)), tmp_path, "ranker", NUM_FEATURES)
+    assert path == str(model_dir / "2")
+    assert (model_dir / "1").read_text() == "a note, not a version"
 
 
 def _age(path, days):

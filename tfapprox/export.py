@@ -36,11 +36,16 @@ Bad requests get an InvalidArgumentError naming the signature, and neither the e
 server's log quotes the request's bytes:
 - strings that are not the signature's proto kind (a tf.Example to `serving_default`, an ELWC to
   `score_examples`, any other bytes): "... expects `elwc`: serialized ExampleListWithContext ...";
-- a document without the `"features"` feature (vector layout; per_feature reads a missing one as
+- a document without the `"features"` feature (vector layout; per_feature reads a missing key as
   0), or with a feature count other than F;
 - a NaN or infinite feature value, in every signature: training data cannot hold one
   (`tfapprox.data.letor` refuses it), so its score would mean nothing; a NaN score would also sort
-  arbitrarily among the list's others.
+  arbitrarily among the list's others. For the same reason every signature checks its scores:
+  finite features that overflow the model (values near ±3e38) are refused too;
+- a per_feature document holding none of the keys "1".."F" (a vector-layout one, say);
+- more than `max_documents` documents, counting the slots that pad each list to the longest: a
+  `serving_default` request is scored as one [lists, longest list, F] grid, so the bound is checked
+  before that grid is made and bounds the memory one request takes.
 Requests in the layout that `tfapprox.data.records` and protobuf write for documents holding only
 `"features"` (no context features, no labels) are read as bytes (`_read_canonical`), after checks
 that cannot fail; any other request is parsed once, by tf.data's Example parser inside the graph
@@ -52,8 +57,8 @@ TFRecord file of PredictionLog requests, every signature at two sizes, which TF 
 loads the version so that the first real request does not pay for initialising the graph.
 
 Versions are integers, and only directories named by ASCII digits count as versions, as in TF
-Serving. Without `version`, the next integer after the largest existing version is
-used (1 for a new model), so versions sort in export order and TF Serving serves the newest.
+Serving. Without `version`, the next integer after the largest existing version (or file named
+like one, which the version directory cannot be named over) is used (1 for a new model), so versions sort in export order and TF Serving serves the newest.
 The SavedModel is written to a hidden temporary directory next to the version directories
 (`base_dir/name/.tmp-...`, which TF Serving ignores because its name is not a number) and renamed
 into place in one `os.rename`, so a watcher never sees a half-written version; a failed export
@@ -77,7 +82,9 @@ import numpy as np
 
 from tfapprox.files import remove_abandoned
 
-__all__ = ["PREDICT", "REGRESS", "SIGNATURES", "export_saved_model", "next_version"]
+__all__ = [
+    "MAX_DOCUMENTS", "PREDICT", "REGRESS", "SIGNATURES", "export_saved_model", "next_version"
+]
 
 # TF-Ranking's signature names (tfr.keras.saved_model.Signatures), which are TF Serving's method
 # names: clients written for TF-Ranking models, and TF Serving's Regress API, use them.
@@ -88,15 +95,13 @@ SIGNATURES = ("serving_default", "score_features", "score_examples", PREDICT, RE
 
 def next_version(model_dir):
     """Returns the version `export_saved_model` would pick in `model_dir`: 1 + the largest version
-    (a directory named by ASCII digits) there, or 1 when there is none (or no `model_dir`)."""
+    there, or 1 when there is none (or no `model_dir`). A file named like a version (TF Serving
+    ignores it) is stepped past too, since the version directory cannot take its name."""
     try:
         names = os.listdir(model_dir)
     except FileNotFoundError:
         return 1
-    versions = [
-        int(n) for n in names if _is_version(n) and os.path.isdir(os.path.join(model_dir, n))
-    ]
-    return max(versions, default=0) + 1
+    return max((int(n) for n in names if _is_version(n)), default=0) + 1
 
 
 def _is_version(name):
@@ -105,7 +110,7 @@ def _is_version(name):
     return re.fullmatch(r"[0-9]+", name) is not None
 
 
-def _check_arguments(name, num_features, version, example_layout):
+def _check_arguments(name, num_features, version, example_layout, max_documents):
     from tfapprox.data import records
 
     if not isinstance(name, str) or not name or name.startswith(".") or os.sep in name or (
@@ -125,6 +130,12 @@ def _check_arguments(name, num_features, version, example_layout):
         raise ValueError(
             f"version must be None or a non-negative integer (TF Serving versions are integers); "
             f"received version={version!r}."
+        )
+    if isinstance(max_documents, bool) or not isinstance(max_documents, (int, np.integer)) or (
+        max_documents < 1
+    ):
+        raise ValueError(
+            f"max_documents must be a positive integer; received max_documents={max_documents!r}."
         )
     if example_layout not in records.EXAMPLE_LAYOUTS:
         raise ValueError(
@@ -166,9 +177,16 @@ def _pad_example():
     return _field(1, _map_entry_bytes(_PAD_KEY, _field(3, _field(1, b"\x01"))))
 
 
+# per_feature: a key that a document does not hold reads as this NaN, whose payload arithmetic never
+# makes (NaNs computed or written by numpy, C or protobuf are 0x7fc00000 or 0xffc00000), so that a
+# missing key (read as 0, as in sparse SVMlight) is told apart from a NaN sent in one (refused).
+_MISSING_BITS = 0x7FC0ADD5
+_MISSING = np.array(_MISSING_BITS, np.uint32).view(np.float32)[()]
+
+
 def _document_spec(num_features, example_layout):
     """Returns the tf.io.parse_example spec of a document: its features (vector layout: a missing
-    "features" reads as all NaN; per_feature: a missing one as 0) and the padding mark."""
+    "features" reads as all NaN; per_feature: a missing one as `_MISSING`) and the padding mark."""
     import tensorflow as tf
 
     from tfapprox.data import records
@@ -181,7 +199,7 @@ def _document_spec(num_features, example_layout):
         }
     else:
         spec = {
-            str(i): tf.io.FixedLenFeature([], tf.float32, default_value=0.0)
+            str(i): tf.io.FixedLenFeature([], tf.float32, default_value=_MISSING)
             for i in range(1, num_features + 1)
         }
     spec[_PAD_KEY] = tf.io.FixedLenFeature([], tf.int64, default_value=0)
@@ -248,7 +266,8 @@ def _list_documents(elwc):
 
 def _checked_documents(signature, parsed, num_features, example_layout):
     """Returns `(features [N, F], real [N])` of `parsed` documents, failing with an error naming
-    `signature` if a real document has no "features"."""
+    `signature` if a real document has no "features" (vector layout) or none of "1".."F"
+    (per_feature; the keys it lacks read as 0)."""
     import tensorflow as tf
 
     from tfapprox.data import records
@@ -268,7 +287,21 @@ def _checked_documents(signature, parsed, num_features, example_layout):
         with tf.control_dependencies([no_features]):
             features = tf.identity(features)
     else:
-        features = tf.stack([parsed[str(i)] for i in range(1, num_features + 1)], axis=1)
+        values = tf.stack([parsed[str(i)] for i in range(1, num_features + 1)], axis=1)
+        held = tf.not_equal(tf.bitcast(values, tf.int32), _MISSING_BITS)
+        empty = tf.logical_not(tf.reduce_any(held, axis=1)) & real
+        none_held = tf.debugging.Assert(
+            tf.logical_not(tf.reduce_any(empty)),
+            [
+                f'{signature}: a document holds none of the features "1" .. "{num_features}" '
+                'that this model reads (it was exported with example_layout="per_feature"; a '
+                f'document holding one {records.FEATURES_KEY!r} list is the "vector" layout). '
+                "Documents that hold none:",
+                tf.reduce_sum(tf.cast(empty, tf.int32)),
+            ],
+        )
+        with tf.control_dependencies([none_held]):
+            features = tf.where(held, values, 0.0)
     return features, real
 
 
@@ -287,6 +320,41 @@ def _assert_finite(signature, features, finite, unit):
     )
     with tf.control_dependencies([check]):
         return tf.identity(features)
+
+
+def _assert_at_most(signature, max_documents, lists, length, tensor, in_lists=True):
+    """Returns `tensor` once `lists` x `length` (the documents of a request, counting the slots
+    that pad each list to the longest) is at most `max_documents`, else fails saying so."""
+    import tensorflow as tf
+
+    lists, length = tf.cast(lists, tf.int64), tf.cast(length, tf.int64)
+    received = (
+        tf.strings.format("this one: {} lists of up to {} documents", (lists, length))
+        if in_lists
+        else tf.strings.format("this one: {} documents", lists * length)
+    )
+    check = tf.debugging.Assert(
+        lists * length <= max_documents,
+        [
+            tf.strings.join([
+                f"{signature}: a request may hold at most {max_documents} documents, counting "
+                "the slots that pad every list to the longest (max_documents, set at export); ",
+                received,
+                ". Send a long list in a request of its own, or fewer documents per request.",
+            ])
+        ],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(tensor)
+
+
+def _quietly(compute, request, fallback):
+    """Returns `compute(request)`, or `fallback` when it fails, inside tf.data (see `_try_parse`),
+    so that neither an error nor the request's bytes are logged."""
+    import tensorflow as tf
+
+    attempt = tf.data.Dataset.from_tensors(request).map(compute).ignore_errors()
+    return attempt.concatenate(tf.data.Dataset.from_tensors(fallback)).take(1).get_single_element()
 
 
 # The fast path of the string signatures. With tf.data's quiet Example parser (`_try_parse`),
@@ -328,15 +396,15 @@ def _canonical_header(num_features, in_list):
     return header
 
 
-def _read_canonical(requests, num_features, lists):
+def _read_canonical(requests, num_features, lists, max_documents):
     """Returns `(fits, features [B, L, F], mask [B, L])` for `requests` [B]: whether every string
     is canonical (ELWCs of canonical documents if `lists`, else one canonical tf.Example each; see
     above), and the features and mask they hold if so (anything otherwise).
 
     Only ops that cannot fail, whatever the bytes, run here. Lists of different lengths are
     padded: L is the longest string's length divided by a document's, so the grid holds at most
-    B times the longest string's bytes (the parser's [B, L, F] grid can reach more: a list of
-    empty Examples, 2 bytes each).
+    B times the longest string's bytes; when B x L exceeds `max_documents` no grid is read and
+    `fits` is False (the parser's path then refuses the request).
     """
     import tensorflow as tf
 
@@ -349,9 +417,12 @@ def _read_canonical(requests, num_features, lists):
         tails = tf.strings.substr(requests, bodies, sizes - bodies)
         fits = tf.reduce_all(tf.reduce_any(tf.equal(tails[:, None], _CONTEXTS), axis=1))
         length = tf.reduce_max(tf.concat([counts, [0]], axis=0))
+        within = tf.cast(tf.size(requests), tf.int64) * tf.cast(length, tf.int64) <= max_documents
+        fits &= within
+        length = tf.where(within, length, 0)
         mask = tf.sequence_mask(counts, length)
     else:
-        fits = tf.reduce_all(tf.equal(sizes, width))
+        fits = tf.reduce_all(tf.equal(sizes, width)) & (tf.size(requests) <= max_documents)
         length, mask = 1, tf.ones([tf.size(requests), 1], tf.bool)
     # Row b: the first `length` documents' bytes of string b, zeros past its end (DecodePaddedRaw
     # refuses a fixed_length of 0: one document more is decoded when all lists are empty).
@@ -366,16 +437,33 @@ def _read_canonical(requests, num_features, lists):
     return fits, tf.bitcast(values, tf.float32), mask
 
 
-def _build_archive(model, num_features, example_layout):
+def _build_archive(model, num_features, example_layout, max_documents):
     """Returns a `keras.export.ExportArchive` holding the five scoring signatures."""
     import tensorflow as tf
 
+    from tfapprox.data import records
+
     spec = _document_spec(num_features, example_layout)
 
-    def score(features, mask):
+    def score(signature, features, mask, lists=True):
+        """Returns the scores [B, L] of `features`, 0 on padded slots, after checking that B x L is
+        within `max_documents`; fails if a real document's score is NaN or infinite."""
+        shape = tf.shape(mask)
+        features = _assert_at_most(signature, max_documents, shape[0], shape[1], features, lists)
         scores = model({"features": features, "mask": mask}, training=False)
-        scores = tf.cast(tf.reshape(scores, tf.shape(mask)), tf.float32)
-        return tf.where(mask, scores, tf.zeros_like(scores))
+        scores = tf.cast(tf.reshape(scores, shape), tf.float32)
+        finite = tf.math.is_finite(scores) | ~mask
+        check = tf.debugging.Assert(
+            tf.reduce_all(finite),
+            [
+                f"{signature}: scores are not finite (NaN or infinite) for some "
+                "documents, though their features are: feature values this large overflow the "
+                "model. Documents affected:",
+                tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32)),
+            ],
+        )
+        with tf.control_dependencies([check]):
+            return tf.where(mask, scores, tf.zeros_like(scores))
 
     def parse(signature, requests, documents, wrong_proto, lists):
         """Returns features [B, L, F] (0 on padded slots) and mask [B, L] of `requests` [B],
@@ -385,6 +473,13 @@ def _build_archive(model, num_features, example_layout):
         def parse_safely():
             # DecodeProtoV2 refuses an empty batch: one empty list is appended and its row dropped.
             batch = tf.concat([requests, [""]], axis=0) if lists else requests
+            if lists:  # bound the padded grid before it is made (0 for bytes that are no ELWCs)
+                longest = _quietly(
+                    lambda r: tf.reduce_max(records.decode_elwc(r)[1]), batch, tf.constant(0)
+                )
+                batch = _assert_at_most(
+                    signature, max_documents, tf.size(requests), longest, batch
+                )
             parsed = _parse_or_explain(documents, batch, spec, wrong_proto)
             features, real = _checked_documents(signature, parsed, num_features, example_layout)
             grid = [tf.size(batch), -1 if lists else 1]
@@ -392,7 +487,7 @@ def _build_archive(model, num_features, example_layout):
             return (features[:-1], real[:-1]) if lists else (features, real)
 
         if example_layout == "vector":
-            fits, features, mask = _read_canonical(requests, num_features, lists)
+            fits, features, mask = _read_canonical(requests, num_features, lists, max_documents)
             features, mask = tf.cond(fits, lambda: (features, mask), parse_safely)
         else:
             features, mask = parse_safely()
@@ -408,7 +503,7 @@ def _build_archive(model, num_features, example_layout):
             tf.size(elwc),
         ]
         features, mask = parse(signature, elwc, _list_documents, wrong_proto, lists=True)
-        return score(features, mask)
+        return score(signature, features, mask)
 
     def score_documents(signature, argument, examples):
         wrong_proto = [
@@ -419,7 +514,7 @@ def _build_archive(model, num_features, example_layout):
             tf.size(examples),
         ]
         features, mask = parse(signature, examples, tf.identity, wrong_proto, lists=False)
-        return score(features, mask)[:, 0]
+        return score(signature, features, mask, lists=False)[:, 0]
 
     def score_features(features):
         received = tf.shape(features)
@@ -440,7 +535,7 @@ def _build_archive(model, num_features, example_layout):
         finite = tf.reduce_all(tf.math.is_finite(features), axis=2)
         features = _assert_finite("score_features", features, finite, "documents")
         mask = tf.ones(tf.shape(features)[:2], dtype=tf.bool)
-        return {"scores": score(features, mask)}
+        return {"scores": score("score_features", features, mask)}
 
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -479,18 +574,24 @@ _WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 _WARMUP_SIZES = ((1, 1), (4, 10))
 
 
-def _warmup_requests(num_features):
-    """Yields `(signature, inputs)`: every signature at every `_WARMUP_SIZES`, all features 0.
-
-    The documents are vector-layout Examples; a `"per_feature"` model reads them as all-zero
-    documents too (it ignores their `"features"` key).
-    """
+def _warmup_requests(num_features, example_layout, max_documents):
+    """Yields `(signature, inputs)`: every signature at each of `_WARMUP_SIZES` within
+    `max_documents`, all features 0, documents in `example_layout`."""
     from tfapprox.data import records
+    from tfapprox.data.records import _field, _map_entry_bytes
 
+    # A per_feature document: Example.features {"1": float_list [0.0]} (the others read as 0).
+    zero = _field(1, _map_entry_bytes("1", _field(2, _field(1, bytes(4)))))
     for lists, documents in _WARMUP_SIZES:
+        if lists * documents > max_documents:
+            continue
         features = np.zeros((lists, documents, num_features), "float32")
-        elwc = [records.encode_elwc(list_features) for list_features in features]
-        examples = records.encode_examples(features.reshape(-1, num_features))
+        if example_layout == "vector":
+            elwc = [records.encode_elwc(list_features) for list_features in features]
+            examples = records.encode_examples(features.reshape(-1, num_features))
+        else:
+            elwc = [_field(1, zero) * documents] * lists
+            examples = [zero] * (lists * documents)
         elwc, examples = np.array(elwc, dtype=object), np.array(examples, dtype=object)
         yield "serving_default", {"elwc": elwc}
         yield "score_features", {"features": features}
@@ -521,19 +622,25 @@ def _prediction_log(signature, inputs):
     return _field(6, _field(1, request))
 
 
-def _write_warmup_requests(saved_model_dir, num_features):
-    """Writes TF Serving's warm-up file (TFRecords of PredictionLog) into `saved_model_dir`."""
+def _write_warmup_requests(saved_model_dir, *arguments):
+    """Writes TF Serving's warm-up file (TFRecords of PredictionLog) into `saved_model_dir`, of
+    `_warmup_requests(*arguments)`."""
     import tensorflow as tf
 
     path = os.path.join(saved_model_dir, _WARMUP_FILE)
     os.mkdir(os.path.dirname(path))
     with tf.io.TFRecordWriter(path) as writer:
-        for signature, inputs in _warmup_requests(num_features):
+        for signature, inputs in _warmup_requests(*arguments):
             writer.write(_prediction_log(signature, inputs))
 
 
+# The default bound on the documents of one request (`max_documents`).
+MAX_DOCUMENTS = 100_000
+
+
 def export_saved_model(
-    model, base_dir, name, num_features, version=None, *, example_layout="vector"
+    model, base_dir, name, num_features, version=None, *, example_layout="vector",
+    max_documents=MAX_DOCUMENTS,
 ):
     """Returns the path `base_dir/name/<version>` of a TF Serving SavedModel, written atomically.
 
@@ -548,6 +655,9 @@ def export_saved_model(
         example_layout: How a document's features are stored in the tf.Example protos the
             string signatures receive: `"vector"` (one float feature `"features"` of length F) or
             `"per_feature"` (scalar features `"1"` .. `"F"`), as in `tfapprox.data.records`.
+        max_documents: The most documents one request may hold, counting the slots that pad
+            every list of a `serving_default` request to its longest; a larger request is
+            refused with an error saying so. It bounds the memory one request can take.
 
     Raises:
         ValueError: for invalid arguments, or a model that cannot score F features.
@@ -560,7 +670,7 @@ def export_saved_model(
             f"{keras.backend.backend()!r}. Save the model with model.save('scorer.keras') and "
             "export it from a process run with KERAS_BACKEND=tensorflow."
         )
-    _check_arguments(name, num_features, version, example_layout)
+    _check_arguments(name, num_features, version, example_layout, max_documents)
     num_features = int(num_features)
     _check_model_accepts(model, num_features)
 
@@ -584,8 +694,10 @@ def export_saved_model(
     )
     os.mkdir(staging)
     try:
-        _build_archive(model, num_features, example_layout).write_out(staging, verbose=False)
-        _write_warmup_requests(staging, num_features)
+        _build_archive(model, num_features, example_layout, max_documents).write_out(
+            staging, verbose=False
+        )
+        _write_warmup_requests(staging, num_features, example_layout, max_documents)
         if os.path.lexists(target):
             raise FileExistsError(
                 f"Version {version} of model {name!r} appeared during export: {target}"

@@ -65,12 +65,14 @@ def _default_sigint():
 
 def signalled_run(tmp_path, epochs, signum, after_epoch):
     """Starts a trainer on the tiny config and sends it `signum` once `after_epoch` epochs are
-    checkpointed; returns `(command, run_dir, exit status, stderr)` once it has ended."""
+    checkpointed; returns `(command, run_dir, exit status, stderr)` once it has ended (its stdout
+    is in tmp_path/stdout.txt)."""
     config = write_config(tmp_path, epochs=epochs)
     run_dir = tmp_path / "run"
     command = trainer_command("--config", str(config), "--run-dir", str(run_dir))
-    process = subprocess.Popen(command, cwd=tmp_path, env=run_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    with open(tmp_path / "stdout.txt", "w") as out:
+        process = subprocess.Popen(command, cwd=tmp_path, env=run_env(), stdout=out,
+                                   stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     try:
         wait_for_checkpoint(process, run_dir, epoch=after_epoch)
         process.send_signal(signum)
@@ -102,14 +104,26 @@ def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
     assert "| ndcg@5 |" in rerun.stdout
 
 
-def test_ctrl_c_is_one_line_and_leaves_a_resumable_run(tmp_path):
-    _, run_dir, status, err = signalled_run(tmp_path, 50, signal.SIGINT, after_epoch=1)
-    assert status == 130, err[-3000:]
+def stop_line(signal_name, epochs_done):
+    return (f"python -m trainer train: {signal_name} after epoch {epochs_done}; rerun the same "
+            "command to resume")
+
+
+def test_sigterm_and_ctrl_c_stop_after_the_step_and_a_rerun_resumes(tmp_path):
+    """A preempted cloud VM stops its processes with SIGTERM: like Ctrl-C, the step ends, the last
+    whole epoch is kept, the trainer says how to resume, and the rerun goes on from there."""
+    _, run_dir, status, err = signalled_run(tmp_path, 50, signal.SIGTERM, after_epoch=1)
+    assert status == 128 + signal.SIGTERM, err[-3000:]
     epochs_done = checkpoint.load(run_dir).state.epoch
+    assert "Traceback" not in err and "Terminated" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == stop_line("stopped by SIGTERM", epochs_done)
+
+    _, _, status, err = signalled_run(tmp_path, 50, signal.SIGINT, after_epoch=epochs_done + 1)
+    assert f"Resuming {run_dir} after epoch {epochs_done}" in (tmp_path / "stdout.txt").read_text()
+    assert status == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
-    assert err.strip().splitlines()[-1] == (
-        f"python -m trainer train: interrupted after epoch {epochs_done}; rerun the same command "
-        "to resume")
+    assert err.strip().splitlines()[-1] == stop_line("interrupted",
+                                                     checkpoint.load(run_dir).state.epoch)
 
 
 # What TensorFlow logs at start-up on a machine without a GPU, though nothing is wrong.

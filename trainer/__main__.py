@@ -7,6 +7,7 @@ metrics and exports `saved_models/tfapprox_demo/<version>/`.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -262,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # TensorFlow's start-up quiet without --verbose (tfapprox/_startup.py). A multi-worker strategy
     # must exist before TensorFlow runs any op, so it is made before the loss and metrics are checked.
     import tfapprox  # noqa: F401
-    from trainer import checkpoint, distribute, run_lock
+    from trainer import checkpoint, distribute, interrupts, run_lock
 
     strategy = config.runtime.strategy if args.command in ("train", "cv") else "default"
     try:
@@ -271,25 +272,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyError, ValueError, OSError) as err:
         parser.exit(2, _error_line(args.command, err))
     try:
-        _run(args, config, dist)
+        with interrupts.terminate_as_interrupt():
+            _run(args, config, dist)
     except (checkpoint.CheckpointError, run_lock.RunDirInUse, OSError, ValueError,
             FloatingPointError) as err:
         sys.stderr.write(_error_line(args.command, err))
         return 1
     except KeyboardInterrupt as interrupt:
-        sys.stderr.write(_interrupted_line(args.command, interrupt))
-        return 130
+        signum = _signal_of(interrupt)
+        sys.stderr.write(_interrupted_line(args.command, interrupt, signum))
+        return 128 + signum  # as a shell reports a process the signal ended
     return 0
 
 
-def _interrupted_line(command: str, interrupt: KeyboardInterrupt) -> str:
+def _signal_of(interrupt: KeyboardInterrupt) -> int:
+    """Returns the signal behind `interrupt`: SIGTERM (a VM shutting down) or SIGINT (Ctrl-C)."""
+    from trainer import interrupts, train
+
+    if isinstance(interrupt, train.Interrupted):
+        return interrupt.signum
+    return signal.SIGTERM if isinstance(interrupt, interrupts.Terminated) else signal.SIGINT
+
+
+def _interrupted_line(command: str, interrupt: KeyboardInterrupt, signum: int) -> str:
     from trainer import train
 
+    what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
     if command not in ("train", "cv"):
-        return f"python -m trainer {command}: interrupted\n"
+        return f"python -m trainer {command}: {what}\n"
     when = (f"after epoch {interrupt.epochs_done}" if isinstance(interrupt, train.Interrupted)
             else "before an epoch ended")
-    return f"python -m trainer {command}: interrupted {when}; rerun the same command to resume\n"
+    return f"python -m trainer {command}: {what} {when}; rerun the same command to resume\n"
 
 
 def _check(command: str, config: config_lib.Config, dist) -> None:

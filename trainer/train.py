@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -48,11 +49,12 @@ _RESUMABLE_CHANGES = (
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during a run, after `epochs_done` epochs, each of them checkpointed."""
+    """Ctrl-C (`signum` SIGINT) or SIGTERM during a run, after `epochs_done` epochs, each of them
+    checkpointed."""
 
-    def __init__(self, epochs_done: int):
-        super().__init__(epochs_done)
-        self.epochs_done = epochs_done
+    def __init__(self, epochs_done: int, signum: int = signal.SIGINT):
+        super().__init__(epochs_done, signum)
+        self.epochs_done, self.signum = epochs_done, signum
 
 
 @dataclasses.dataclass
@@ -136,9 +138,11 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
                 if state.stopped_early:
                     say(f"Early stopping after epoch {state.epoch}: no {config.train.select_metric} "
                         f"improvement for {config.train.patience} epochs")
-        except KeyboardInterrupt:  # report what a rerun resumes from: the checkpoint on disk
+        except KeyboardInterrupt as interrupt:  # report what a rerun resumes from: the checkpoint
             saved = checkpoint.load(run_dir) if dist.is_chief else None
-            raise Interrupted(saved.state.epoch if saved else 0) from None
+            signum = stop.signum or (signal.SIGTERM if isinstance(interrupt, interrupts.Terminated)
+                                     else signal.SIGINT)
+            raise Interrupted(saved.state.epoch if saved else 0, signum) from None
         finally:
             if summaries is not None:
                 summaries.close()

@@ -389,6 +389,23 @@ def test_damaged_gzip_names_the_file_and_line(tmp_path, monkeypatch, damage):
         letor.scan(path)
 
 
+def test_a_small_truncated_gzip_is_named_by_the_command_lines(tmp_path, capsys):
+    """Cut before its first bytes decompress: the byte-order-mark probe reads them."""
+    from tfapprox.data.__main__ import main as data_main
+    from trainer.__main__ import main as trainer_main
+
+    path = tmp_path / "small.txt.gz"
+    path.write_bytes(gzip.compress(b"2 qid:1 1:0.5\n0 qid:1 1:0.25\n")[:20])
+    message = f"{path}: truncated or corrupt gzip data within its first lines"
+    assert data_main(["convert", str(path), "--output", str(tmp_path / "records")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert trainer_main(["train", "--train", str(path), "--vali", str(path),
+                         "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
 def test_bad_line_deep_in_a_dense_file_is_located(tmp_path):
     rows = [f"0 qid:{i // 7} " + " ".join(f"{j}:0.5" for j in range(1, 5)) for i in range(2000)]
     rows[1733] = rows[1733].replace("3:0.5", "3:0.5x")

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -134,6 +135,24 @@ def test_a_changed_config_does_not_resume(trained, cache_dir):
     config_lib.apply_overrides(values, {"loss.name": "ranknet", "loss.params": {}, "train.epochs": 3})
     with pytest.raises(RuntimeError, match=r"loss.name: 'approx_ndcg' -> 'ranknet'.*--fresh"):
         train.train(config_lib.Config.from_dict(values))
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "emptied", "one byte flipped"])
+def test_a_damaged_checkpoint_is_a_one_line_error(trained, tmp_path, capsys, damage):
+    config, _, _ = trained
+    run_dir = tmp_path / "run"
+    shutil.copytree(config.train.run_dir, run_dir)
+    path = checkpoint.path_in(run_dir)
+    data = bytearray(path.read_bytes())
+    data = {"cut in half": data[: len(data) // 2], "emptied": b"",
+            "one byte flipped": data[:1000] + bytes([data[1000] ^ 1]) + data[1001:]}[damage]
+    path.write_bytes(bytes(data))
+    resumed = dataclasses.replace(config, train=dataclasses.replace(config.train,
+                                                                    run_dir=str(run_dir)))
+    assert main(["train", "--config", config_file(resumed, tmp_path), "--epochs", "3"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m trainer train: error: checkpoint {path} is unreadable (")
+    assert err.endswith("; delete it or pass --fresh to start over\n") and err.count("\n") == 1
 
 
 def test_evaluate_and_export_commands(trained, tmp_path, capsys):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +102,8 @@ def load(run_dir: str | os.PathLike) -> Checkpoint | None:
                 group: [data[f"{group}/{i}"] for i in range(int(data[f"{group}/count"]))]
                 for group in ("model", "optimizer", "best")
             }
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as err:
+        # EOFError: an empty file; BadZipFile: one cut short, or with a byte changed (CRC-32)
         raise CheckpointError(
             f"checkpoint {path} is unreadable ({err}); delete it or pass --fresh to start over"
         ) from err

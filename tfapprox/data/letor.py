@@ -292,18 +292,20 @@ def _iter_chunks(path: Path, with_offsets: bool = False) -> Iterator[tuple]:
     plain file, no CR seen so far), else None.
     """
     lineno = 1
+
+    def read(handle, size: int) -> bytes:
+        try:
+            return handle.read(size)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            where = f"after line {lineno - 1}" if lineno > 1 else "within its first lines"
+            raise LetorFormatError(f"{path}: truncated or corrupt gzip data {where} ({err})") from None
+
     with open_text(path) as handle:
-        head = handle.read(len(UTF8_BOM))
+        head = read(handle, len(UTF8_BOM))
         rest = head.removeprefix(UTF8_BOM)
         start = len(head) - len(rest) if isinstance(handle.raw, io.FileIO) else None  # None: gzip
         while True:
-            try:
-                data = handle.read(_CHUNK_BYTES)
-            except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-                where = f"after line {lineno - 1}" if lineno > 1 else "within its first lines"
-                raise LetorFormatError(
-                    f"{path}: truncated or corrupt gzip data {where} ({err})"
-                ) from None
+            data = read(handle, _CHUNK_BYTES)
             if not data:
                 break
             data, held = rest + data, b""

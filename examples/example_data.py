@@ -6,7 +6,7 @@ Shared by the example scripts; copy it beside the one you copy.
 import contextlib
 import tempfile
 
-from tfapprox.data import find_split_files, write_splits
+from tfapprox.data import NoRelevantDocument, check_relevant_documents, find_split_files, write_splits
 
 
 def add_data_flags(parser, queries=200, docs=20, features=20, epochs=5):
@@ -23,9 +23,18 @@ def add_data_flags(parser, queries=200, docs=20, features=20, epochs=5):
 @contextlib.contextmanager
 def letor_fold(args):
     """Yields `{"train": path, "vali": path, "test": path}`: the fold in --data-dir, or a generated
-    one (tfapprox.data.write_splits) in a temporary directory removed afterwards."""
+    one (tfapprox.data.write_splits) in a temporary directory removed afterwards. A fold that is
+    not there, lacks a split, or has no relevant document to train on is one line and exit 1."""
     if args.data_dir:
-        yield find_split_files(args.data_dir)
+        try:
+            fold = find_split_files(args.data_dir)
+            missing = [split for split in ("train", "vali", "test") if split not in fold]
+            if missing:
+                raise FileNotFoundError(f"{args.data_dir}: no {'/'.join(missing)} file")
+            check_relevant_documents(fold)  # as the trainer checks it: no relevant label, no NDCG
+        except (FileNotFoundError, NoRelevantDocument) as err:
+            raise SystemExit(f"error: {err}") from None
+        yield fold
         return
     with tempfile.TemporaryDirectory(prefix="tfapprox-example-") as directory:
         yield write_splits(directory, args.queries, args.docs, args.features)

@@ -406,6 +406,28 @@ def test_a_small_truncated_gzip_is_named_by_the_command_lines(tmp_path, capsys):
     assert message in err and err.count("\n") == 1, err
 
 
+def test_find_split_files_names_a_missing_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path / 'MQ2008'}: no such fold directory"):
+        find_split_files(tmp_path / "MQ2008")
+
+
+def test_convert_counts_queries_whose_lines_are_not_contiguous(tmp_path, capsys):
+    from tfapprox.data.__main__ import main as data_main
+
+    path = write(tmp_path / "t.txt", "1 qid:1 1:1\n0 qid:2 1:2\n0 qid:1 1:3\n1 qid:3 1:4\n"
+                                     "0 qid:2 1:5\n")
+    assert data_main(["convert", str(path), "--output", str(tmp_path / "records")]) == 0
+    out = capsys.readouterr().out
+    assert "2 queries whose lines are not contiguous" in out and "--assume-contiguous" in out, out
+    assert data_main(["convert", str(path), "--output", str(tmp_path / "again"),
+                      "--assume-contiguous"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:3: query id '1' appears again" in err and err.count("\n") == 1, err
+    write(path, "1 qid:1 1:1\n0 qid:1 1:3\n1 qid:3 1:4\n")
+    assert data_main(["convert", str(path), "--output", str(tmp_path / "contiguous")]) == 0
+    assert "not contiguous" not in capsys.readouterr().out
+
+
 def test_bad_line_deep_in_a_dense_file_is_located(tmp_path):
     rows = [f"0 qid:{i // 7} " + " ".join(f"{j}:0.5" for j in range(1, 5)) for i in range(2000)]
     rows[1733] = rows[1733].replace("3:0.5", "3:0.5x")

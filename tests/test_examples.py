@@ -59,3 +59,18 @@ def test_export_then_score_it_through_both_signatures(tmp_path):
     assert re.search(r"^list 0: scores \[(-?[0-9.]+, ){3}-?[0-9.]+\], ranking", out, re.M), out
     assert re.search(r"^list 1: scores \[-?[0-9.]+, -?[0-9.]+\], ranking", out, re.M), out
     assert "score_features and serving_default agree on every document" in out
+
+
+def test_examples_refuse_to_train_on_a_fold_without_relevant_documents(tmp_path):
+    """As the trainer does: with all labels 0 there is nothing to learn, and a test NDCG printed
+    after training on it would mean nothing."""
+    fold = write_splits(tmp_path / "Fold1", num_queries=12, docs_per_query=6, num_features=5)
+    train = fold["train"]
+    train.write_text(re.sub(r"^\d+ ", "0 ", train.read_text(), flags=re.M))
+    done = subprocess.run([sys.executable, str(EXAMPLES / "keras_fit_letor.py"), "--data-dir",
+                           str(tmp_path / "Fold1"), *TINY_TRAINING], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "NDCG" not in done.stdout, done.stdout
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: the training split ({train}) has no relevant document (no label above 0): "
+        "there is nothing to learn")

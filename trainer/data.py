@@ -37,6 +37,8 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from tfapprox.data.dataset import (  # noqa: F401 - SPLIT_NAMES and NoRelevantDocument: trainer.data's
+    SPLIT_NAMES, NoRelevantDocument, check_relevant_documents)
 from tfapprox.files import remove_abandoned
 from trainer.config import DataConfig
 
@@ -54,11 +56,6 @@ _PART = re.compile(r"^S([1-5])\.txt(\.gz)?$", re.IGNORECASE)
 Printer = Callable[[str], None]
 
 SPLITS = ("train", "vali", "test")
-SPLIT_NAMES = {"train": "training", "vali": "validation", "test": "test"}
-
-
-class NoRelevantDocument(ValueError):
-    """A training split in which no document is relevant: there is nothing to learn."""
 
 
 @dataclasses.dataclass
@@ -84,7 +81,7 @@ def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
     records = {split: _as_records(paths, config.num_features, cache, print_fn)
                for split, paths in sources.items()}
     num_features = config.num_features or _common_width(sources, records)
-    _check_relevant_documents(sources, records, num_features, print_fn)
+    check_relevant_documents(records, sources=sources, num_features=num_features, warn=print_fn)
     return Splits(
         train=records["train"],
         vali=records["vali"],
@@ -319,37 +316,6 @@ def _count_lists(files: list[str], num_features: int) -> int:
     if counted is None:
         counted = int(tf.data.TFRecordDataset(files).reduce(np.int64(0), lambda n, _: n + 1))
     return counted
-
-
-def _check_relevant_documents(sources: dict[str, list[str]], records: dict[str, list[str]],
-                              num_features: int, print_fn: Printer) -> None:
-    """Refuses a training split, and warns of a validation or test split, without a relevant document.
-
-    With none, every ranking metric of the split is 0: training has nothing to learn, and model
-    selection on such a validation split would pick epoch 1 whatever happened.
-    """
-    for split, files in records.items():
-        if _has_relevant_document(files, num_features):
-            continue
-        problem = (f"the {SPLIT_NAMES[split]} split ({', '.join(sources[split])}) has no relevant "
-                   "document (no label above 0)")
-        if split == "train":
-            raise NoRelevantDocument(f"{problem}: there is nothing to learn")
-        print_fn(f"Warning: {problem}: every {SPLIT_NAMES[split]} metric will be 0"
-                 + (", and model selection and early stopping have nothing to go on"
-                    if split == "vali" else ""))
-
-
-def _has_relevant_document(files: list[str], num_features: int) -> bool:
-    """Reads the answer from the files' spec.json label range, or else from the labels."""
-    from tfapprox.data import ranking_dataset, read_spec
-
-    specs = [read_spec(directory) for directory in {Path(f).parent for f in files}]
-    if all(spec is not None for spec in specs):
-        return any((spec.get("label_max") or 0) > 0 for spec in specs)
-    dataset = ranking_dataset(files, EVAL_BATCH_SIZE, None, shuffle=False, num_features=num_features)
-    return bool(dataset.reduce(tf.constant(False),
-                               lambda found, batch: found | tf.reduce_any(batch[1] > 0)))
 
 
 def _publish(target: Path, write: Callable[[Path], Any]) -> None:

@@ -11,7 +11,14 @@ disk: ``spec.json``, shard names, file checks) -> ``converter`` (writes) / ``dat
 """
 
 from tfapprox.data.converter import convert, convert_tree
-from tfapprox.data.dataset import DatasetInfo, check_records, describe, ranking_dataset
+from tfapprox.data.dataset import (
+    DatasetInfo,
+    NoRelevantDocument,
+    check_records,
+    check_relevant_documents,
+    describe,
+    ranking_dataset,
+)
 from tfapprox.data.folds import find_folds, find_split_files
 from tfapprox.data.letor import LetorFormatError, Query, read_queries
 from tfapprox.data.records import encode_elwc, encode_examples, parse_elwc, parse_examples
@@ -21,9 +28,11 @@ from tfapprox.data.synthetic import write_letor, write_splits
 __all__ = [
     "DatasetInfo",
     "LetorFormatError",
+    "NoRelevantDocument",
     "Query",
     "RecordError",
     "check_records",
+    "check_relevant_documents",
     "convert",
     "convert_tree",
     "describe",

@@ -55,6 +55,12 @@ def _convert(args) -> int:
             f"({'integers' if spec['integer_labels'] else 'not all integers'}), "
             f"{len(spec['shards'])} shard(s), format {spec['format']}"
         )
+        if spec.get("noncontiguous_queries"):
+            print(
+                f"  {spec['noncontiguous_queries']} queries whose lines are not contiguous (their "
+                "query id comes back after another query's lines) were each read as one list; "
+                "RankLib starts a new list instead. Pass --assume-contiguous to refuse such input."
+            )
     rate = total_docs / max(elapsed, 1e-9)
     print(f"converted {total_docs} docs in {elapsed:.1f}s ({rate:,.0f} docs/s)")
     return 0

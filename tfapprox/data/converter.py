@@ -163,7 +163,7 @@ def _convert_into(sources, output_dir, num_shards, num_features, record_format, 
     read_options = {"query_files": [s.group_file for s in sources]}
     workers = letor.default_workers(paths) if workers is None else workers
     names = [shards.shard_name(i, num_shards) for i in range(num_shards)]
-    written = None
+    written, noncontiguous = None, 0
     # One pass, for queries in contiguous lines (the norm) and F known or settled by the first lines.
     width = num_features or letor.peek_num_features(paths, **read_options)
     if width is not None:
@@ -189,6 +189,7 @@ def _convert_into(sources, output_dir, num_shards, num_features, record_format, 
             paths, width, workers=workers, plan=plan, max_label=max_label, **read_options
         )
         written = _write_shards(queries, output_dir, names, record_format)
+        noncontiguous = plan.noncontiguous
         if written["num_docs"] != plan.num_docs or written["num_lists"] != len(plan.docs_per_query):
             raise RuntimeError(
                 f"wrote {written['num_lists']} lists / {written['num_docs']} documents but the pre-pass "
@@ -202,6 +203,7 @@ def _convert_into(sources, output_dir, num_shards, num_features, record_format, 
         "label_key": records.LABEL_KEY,
         "num_features": int(width),
         **{k: v for k, v in written.items() if k != "shards"},
+        "noncontiguous_queries": noncontiguous,  # query ids whose lines came back, each one list
         "sources": [str(p) for p in paths],
         **({"group_files": [str(s.group_file) for s in sources]} if sources[0].group_file else {}),
         "shards": [

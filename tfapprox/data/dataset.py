@@ -590,3 +590,46 @@ def ranking_dataset(
     )
     return data.prefetch(tf.data.AUTOTUNE)
 
+
+
+SPLIT_NAMES = {"train": "training", "vali": "validation", "test": "test"}
+
+
+class NoRelevantDocument(ValueError):
+    """A training split in which no document is relevant: there is nothing to learn."""
+
+
+def check_relevant_documents(splits: dict, *, sources: dict | None = None,
+                             num_features: int | None = None, warn: Callable[[str], None] = print
+                             ) -> None:
+    """Refuses a training split, and warns of a validation or test split, without a relevant document.
+
+    With none, every ranking metric of the split is 0: training has nothing to learn, and model
+    selection on such a validation split would pick epoch 1 whatever happened. ``splits``:
+    ``{"train" | "vali" | "test": files}``, records or LETOR text as :func:`ranking_dataset` reads
+    them; ``sources``: the files to name for each split (default: ``splits``'); ``warn`` gets the
+    warnings. Raises :class:`NoRelevantDocument` for a training split.
+    """
+    for split, files in splits.items():
+        files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+        if _has_relevant_document(files, num_features):
+            continue
+        named = (sources or {}).get(split, files)
+        problem = (f"the {SPLIT_NAMES[split]} split ({', '.join(map(str, named))}) has no relevant "
+                   "document (no label above 0)")
+        if split == "train":
+            raise NoRelevantDocument(f"{problem}: there is nothing to learn")
+        warn(f"Warning: {problem}: every {SPLIT_NAMES[split]} metric will be 0"
+             + (", and model selection and early stopping have nothing to go on"
+                if split == "vali" else ""))
+
+
+def _has_relevant_document(files: list, num_features: int | None) -> bool:
+    """Reads the answer from converted sets' spec.json label range, or else from the labels."""
+    specs = [shards.read_spec(directory) for directory in {Path(f).parent for f in files}]
+    if all(spec is not None for spec in specs):
+        return any((spec.get("label_max") or 0) > 0 for spec in specs)
+    dataset = ranking_dataset([str(f) for f in files], 64, None, shuffle=False,
+                              num_features=num_features)
+    return bool(dataset.reduce(tf.constant(False),
+                               lambda found, batch: found | tf.reduce_any(batch[1] > 0)))

@@ -19,11 +19,15 @@ def find_split_files(directory: str | os.PathLike) -> dict[str, Path]:
 
     Accepts LETOR 4.0 / MSLR names (``train.txt``, ``vali.txt``, ``test.txt``) and LETOR 2.0 / 3.0
     names (``trainingset.txt``, ``validationset.txt``, ``testset.txt``), each optionally ``.gz``, in
-    any case (LETOR 2.0 ships ``trainingset.TXT``). Raises ValueError if two names differ only in case.
+    any case (LETOR 2.0 ships ``trainingset.TXT``). Raises ValueError if two names differ only in case,
+    FileNotFoundError naming ``directory`` if it is not a directory.
     """
     directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no such fold directory (expected one holding "
+                                "train.txt, vali.txt and test.txt or LETOR 3.0's names)")
     by_name: dict[str, list[Path]] = {}
-    for child in sorted(directory.iterdir()) if directory.is_dir() else []:
+    for child in sorted(directory.iterdir()):
         if child.is_file():
             by_name.setdefault(child.name.lower(), []).append(child)
     found = {}

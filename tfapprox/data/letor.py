@@ -842,11 +842,13 @@ def peek_num_features(paths: PathLike | Iterable[PathLike], query_files=None) ->
 
 
 class Scan(NamedTuple):
-    """What a pre-pass learned: documents per query id (first-appearance order) and the feature count."""
+    """What a pre-pass learned: documents per query id (first-appearance order), the feature count,
+    and how many query ids come back after another query's lines (each is read as one list)."""
 
     docs_per_query: dict[bytes, int]
     num_features: int | None
     num_docs: int
+    noncontiguous: int = 0
 
 
 def scan(
@@ -871,6 +873,15 @@ def _scan(inputs: list[Source], with_features: bool, workers: int | None) -> Sca
     counts: dict[bytes, int] = {}
     tally = _IndexTally()
     num_docs = 0
+    last, returning = None, set()  # the previous line's query id; those that came back
+
+    def count(qid: bytes) -> None:
+        nonlocal last
+        if qid != last and qid in counts:
+            returning.add(qid)
+        counts[qid] = counts.get(qid, 0) + 1
+        last = qid
+
     for source in inputs:
         path = source.path
         file_docs = 0
@@ -878,7 +889,7 @@ def _scan(inputs: list[Source], with_features: bool, workers: int | None) -> Sca
             for block in _iter_blocks(source, None, workers):
                 tally.add(path, block)
                 for qid in block.qids:
-                    counts[qid] = counts.get(qid, 0) + 1
+                    count(qid)
                 file_docs += len(block.qids)
         elif source.group_sizes is not None:
             file_docs = _count_documents(path)
@@ -892,15 +903,14 @@ def _scan(inputs: list[Source], with_features: bool, workers: int | None) -> Sca
                     hash_at = raw.find(b"#")
                     parts = (raw[:hash_at] if hash_at >= 0 else raw).split(None, 2)
                     if len(parts) >= 2 and parts[1][:4] == b"qid:":
-                        qid = parts[1][4:]
-                        counts[qid] = counts.get(qid, 0) + 1
+                        count(parts[1][4:])
                         file_docs += 1
                     elif parts:
                         file_docs += 1  # malformed; the full read names it
         if file_docs == 0:
             raise LetorFormatError(f"{path}: no documents (the file is empty or has only comments)")
         num_docs += file_docs
-    return Scan(counts, tally.width() if with_features else None, num_docs)
+    return Scan(counts, tally.width() if with_features else None, num_docs, len(returning))
 
 
 def read_queries(

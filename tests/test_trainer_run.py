@@ -164,8 +164,12 @@ def test_evaluate_and_export_commands(trained, tmp_path, capsys):
         assert evaluation[split] == pytest.approx(results[split], abs=1e-6)
     assert "| ndcg@5 |" in capsys.readouterr().out
 
-    assert main(["export", "--run-dir", run_dir, "--export-dir", str(tmp_path), "--version", "7"]) == 0
-    assert (tmp_path / "tfapprox_demo" / "7" / "saved_model.pb").is_file()
+    assert main(["export", "--run-dir", run_dir, "--export-dir", str(tmp_path), "--version", "7",
+                 "--max-documents", "12"]) == 0
+    score = tf.saved_model.load(str(tmp_path / "tfapprox_demo" / "7")).signatures["score_features"]
+    assert score(features=tf.zeros([1, 12, TINY_DATA["num_features"]]))["scores"].shape == (1, 12)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="at most 12 documents"):
+        score(features=tf.zeros([2, 7, TINY_DATA["num_features"]]))
 
 
 def test_export_removes_what_killed_exports_left(trained, tmp_path):
@@ -220,6 +224,7 @@ def test_an_existing_export_version_is_refused_before_training(tmp_path, cache_d
     (["--train", "t.txt", "--vali", "v.txt"], "no data files match 't.txt'"),
     (["--name", "a/b"], "export.name must be a directory name"),
     (["--version", "-1"], "export.version must be >= 0 or null, got -1"),
+    (["--max-documents", "0"], "export.max_documents must be >= 1 or null, got 0"),
     (["--buckets", "-1"], "data.buckets must be >= 0, got -1"),
     (["--bucket-sizes", "32,16"], "data.bucket_sizes must be increasing positive integers or null"),
     (["--export-dir", "{file}"], "is not a writable directory"),

@@ -47,6 +47,7 @@ _FLAG_KEYS = {
     "export_dir": "export.base_dir",
     "name": "export.name",
     "version": "export.version",
+    "max_documents": "export.max_documents",
     "strategy": "runtime.strategy",
     "mixed_precision": "runtime.mixed_precision",
     "jit": "runtime.jit",
@@ -171,6 +172,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--export-dir", help="SavedModel base directory (default saved_models)")
     g.add_argument("--name", help="model name under the export directory")
     g.add_argument("--version", type=int, help="version directory (default: next free)")
+    g.add_argument("--max-documents", type=int,
+                   help="most documents one serving request may hold, counting the padding of "
+                        "every list to the longest (default: tfapprox.export.MAX_DOCUMENTS)")
     g.add_argument("--no-export", dest="export_enabled", action="store_false", default=None,
                    help="train without exporting")
 

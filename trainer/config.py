@@ -88,6 +88,7 @@ class ExportConfig:
     base_dir: str = "saved_models"
     name: str = "tfapprox_demo"
     version: int | None = None
+    max_documents: int | None = None  # per request, padding counted; None: tfapprox.export's default
 
 
 @dataclasses.dataclass
@@ -242,6 +243,7 @@ def validate(config: Config) -> None:
         (config.data.bucket_sizes is None or _increasing_sizes(config.data.bucket_sizes), "data.bucket_sizes", config.data.bucket_sizes, "increasing positive integers or null"),
         (_is_plain_name(config.export.name), "export.name", config.export.name, "a directory name without '/' that does not start with '.'"),
         (config.export.version is None or config.export.version >= 0, "export.version", config.export.version, ">= 0 or null"),
+        (config.export.max_documents is None or config.export.max_documents >= 1, "export.max_documents", config.export.max_documents, ">= 1 or null"),
         (all(1 <= f <= 5 for f in config.cv.folds) and config.cv.folds, "cv.folds", config.cv.folds, "a non-empty subset of 1..5"),
     ]
     for ok, field, value, expected in checks:

@@ -357,9 +357,11 @@ def export(eval_model: keras.Model, config: Config, num_features: int) -> Path:
     """Writes `eval_model` as a TF Serving SavedModel; returns `base_dir/name/version`."""
     from tfapprox.export import export_saved_model
 
+    bound = {} if config.export.max_documents is None else {
+        "max_documents": config.export.max_documents}
     return Path(export_saved_model(
         eval_model, config.export.base_dir, config.export.name, num_features,
-        version=config.export.version,
+        version=config.export.version, **bound,
     ))
 
 

@@ -58,7 +58,8 @@ loads the version so that the first real request does not pay for initialising t
 
 Versions are integers, and only directories named by ASCII digits count as versions, as in TF
 Serving. Without `version`, the next integer after the largest existing version (or file named
-like one, which the version directory cannot be named over) is used (1 for a new model), so versions sort in export order and TF Serving serves the newest.
+like one, which the version directory cannot be named over) is used (1 for a new model), so
+versions sort in export order and TF Serving serves the newest.
 The SavedModel is written to a hidden temporary directory next to the version directories
 (`base_dir/name/.tmp-...`, which TF Serving ignores because its name is not a number) and renamed
 into place in one `os.rename`, so a watcher never sees a half-written version; a failed export

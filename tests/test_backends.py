@@ -10,7 +10,12 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+import pytest
+
+import cpp_loader
 from conftest import REPO
+from test_serving_cpp import runner  # noqa: F401  (the compiled C++ loader, a fixture)
 
 # Installed first in the child process: any `import tensorflow` (or of a submodule) raises.
 _BLOCK_TENSORFLOW = textwrap.dedent("""
@@ -92,3 +97,59 @@ def test_blocker_really_blocks_tensorflow():
             print("blocked:", error)
     """)
     assert "blocked: tensorflow is blocked" in done.stdout
+
+
+# Trains a tiny run with the trainer's CLI on JAX (which exports it from a TensorFlow process),
+# then scores fixed lists with the selected weights on JAX, as `evaluate` would.
+TRAIN_ON_JAX = """
+    import json
+    import sys
+    import numpy as np
+    from trainer.__main__ import main
+
+    run_dir, export_dir, config_file, out = sys.argv[1:]
+    assert main(["train", "--backend", "jax", "--config", config_file, "--run-dir", run_dir,
+                 "--export-dir", export_dir, "--name", "jax_run"]) == 0
+    from trainer import config as config_lib, train  # Keras, imported by main on JAX
+
+    config = config_lib.load(f"{run_dir}/config.json")
+    built = train.restore_best(config)
+    features = np.random.default_rng(1).normal(size=(3, 7, 8)).astype("float32")
+    scores = built.eval_model({"features": features, "mask": np.ones((3, 7), bool)})
+    np.savez(out, features=features, scores=np.asarray(scores))
+"""
+
+TINY_RUN = {
+    "data": {"synthetic": {"num_queries": 24, "docs_per_query": 6, "num_features": 8},
+             "list_size": 8},
+    "model": {"preset": "linear"},
+    "optimizer": {"name": "adam", "learning_rate": 0.01},
+    "train": {"batch_size": 8, "epochs": 1, "patience": 0, "metrics": ["ndcg@5"]},
+}
+
+
+@pytest.mark.slow
+def test_trainer_on_jax_exports_what_the_cpp_loader_serves(tmp_path, runner):
+    """`python -m trainer train --backend jax`: trains, checkpoints, selects, and its export (made on
+    TensorFlow from the selected weights) scores in TensorFlow's C++ loader as the JAX model does."""
+    config_file = tmp_path / "tiny.json"
+    config_file.write_text(json.dumps({**TINY_RUN, "data": {**TINY_RUN["data"],
+                                                            "cache_dir": str(tmp_path / "cache")}}))
+    code = "import sys; sys.argv[1:] = " + repr([
+        str(tmp_path / "run"), str(tmp_path / "saved_models"), str(config_file), str(tmp_path / "jax.npz")])
+    done = subprocess.run(
+        [sys.executable, "-c", code + "\n" + textwrap.dedent(TRAIN_ON_JAX)], cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"},
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "Training on jax: CPU:0" in done.stdout and "XLA on" in done.stdout
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["export_path"] == str(tmp_path / "saved_models" / "jax_run" / "1")
+    assert (tmp_path / "run" / "checkpoint.npz").exists()
+
+    on_jax = np.load(tmp_path / "jax.npz")
+    requests = cpp_loader.signature_requests(on_jax["features"])
+    with cpp_loader.CppLoader(runner, results["export_path"]) as loader:
+        for signature in ("score_features", "serving_default"):
+            outputs, _ = loader.run(signature, requests[signature])
+            np.testing.assert_allclose(outputs["scores"], on_jax["scores"], rtol=1e-5, atol=1e-5)

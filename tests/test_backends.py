@@ -4,8 +4,10 @@ where TensorFlow cannot be imported, as on a GPU machine that has JAX but no Ten
 Each test starts its own JAX process, so it runs in the TensorFlow pass of the suite too.
 """
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -17,25 +19,28 @@ import cpp_loader
 from conftest import REPO
 from test_serving_cpp import runner  # noqa: F401  (the compiled C++ loader, a fixture)
 
-# Installed first in the child process: any `import tensorflow` (or of a submodule) raises.
-_BLOCK_TENSORFLOW = textwrap.dedent("""
+# Installed first in the child process: any import of a BLOCKED package (or a submodule) raises.
+_BLOCK_PACKAGES = textwrap.dedent("""
     import sys
 
-    class _NoTensorFlow:
+    class _Blocked:
         def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in ("tensorflow", "tensorflow_serving", "tf_keras"):
-                raise ImportError(f"{name} is blocked: this process runs without TensorFlow")
+            if name.partition(".")[0] in BLOCKED:
+                raise ImportError(f"{name} is blocked: this process runs without it")
 
-    sys.meta_path.insert(0, _NoTensorFlow())
+    sys.meta_path.insert(0, _Blocked())
 """)
+TENSORFLOW = ("tensorflow", "tensorflow_serving", "tf_keras")
 
 
-def run_without_tensorflow(code, *, timeout=300):
-    """Runs `code` in a fresh Python with KERAS_BACKEND=jax and TensorFlow unimportable; returns
-    the CompletedProcess, and fails the test with its stderr if it exits non-zero."""
+def run_without_tensorflow(code, *, also_blocked=(), timeout=300):
+    """Runs `code` in a fresh Python with KERAS_BACKEND=jax and TensorFlow (and `also_blocked`)
+    unimportable; returns the CompletedProcess, and fails the test with its stderr if it exits
+    non-zero."""
     env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO),
            "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", _BLOCK_TENSORFLOW + textwrap.dedent(code)],
+    blocker = f"BLOCKED = {TENSORFLOW + tuple(also_blocked)!r}\n" + _BLOCK_PACKAGES
+    done = subprocess.run([sys.executable, "-c", blocker + textwrap.dedent(code)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-4000:]
     return done
@@ -153,3 +158,50 @@ def test_trainer_on_jax_exports_what_the_cpp_loader_serves(tmp_path, runner):
         for signature in ("score_features", "serving_default"):
             outputs, _ = loader.run(signature, requests[signature])
             np.testing.assert_allclose(outputs["scores"], on_jax["scores"], rtol=1e-5, atol=1e-5)
+
+
+def run_gpu_benchmark(*args, also_blocked=()):
+    """Returns the stdout of `python -m benchmarks.gpu ARGS` on the CPU without TensorFlow."""
+    return run_without_tensorflow(f"""
+        import runpy
+        sys.argv = ["benchmarks/gpu.py", *{list(args)!r}]
+        runpy.run_module("benchmarks.gpu", run_name="__main__")
+        assert "tensorflow" not in sys.modules
+    """, also_blocked=also_blocked).stdout
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_runs_tiny_on_the_cpu_without_tensorflow():
+    """benchmarks/gpu.py, the device check, at sizes that take seconds (its figures mean nothing
+    here): every section prints, beside Rax where Rax is installed."""
+    with_rax = importlib.util.find_spec("rax") is not None
+    out = run_gpu_benchmark("--tiny", *(["--rax"] if with_rax else []))
+    assert out.startswith("Device: CPU")
+    assert "One list of 2,000 documents, ApproxNDCG forward+backward: peak device memory not " \
+           "available, XLA's temporaries " in out
+    assert re.search(r"Matmul peak \(256×256, measured\): float32 [\d.]+ TFLOP/s, bfloat16 ", out)
+    number = re.compile(r"[\d,]+")
+    table = {tuple(cells[:3]): cells[3:] for cells in _table_rows(out)}
+    for row in ("ApproxNDCG", "ApproxAP", "RankNet", "ListMLE", "Softmax"):
+        for list_size, batch in (("10", "4"), ("40", "2")):
+            ours, rax, ratio, path = table[(row, list_size, batch)]
+            if ours == "not in this build":  # no SoftmaxLoss in this build
+                assert row == "Softmax" and path == "not in this build"
+            else:
+                assert number.fullmatch(ours) and path, (row, ours, path)
+            assert bool(number.fullmatch(rax)) == with_rax
+            assert ratio.endswith("×") == (with_rax and ours != "not in this build")
+    assert table[("ListMLE", "10", "4")][3] == "network order"
+    for policy in ("float32", "mixed_bfloat16"):
+        assert re.search(rf"\| 10 \| 4 \| {policy} \| [\d,]+ \| [\d.]+% \|", out)
+
+
+def _table_rows(text):
+    """Returns the cells of each markdown table row in `text` (header and rule lines too)."""
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("|")]
+
+
+def test_gpu_benchmark_help_needs_neither_tensorflow_nor_rax():
+    out = run_gpu_benchmark("--help", also_blocked=("rax",))
+    assert "python -m benchmarks.gpu" in out and "--rax" in out and "--tiny" in out

@@ -3,7 +3,7 @@ Keras backend (no TensorFlow import: `benchmarks/gpu.py` runs where there is non
 
 Lists ordered by a sorting network, by counting or by a sort; pair exponentials from per-document
 factors or one per pair (the share of calls whose lists fit the factors); pairs summed by products
-or by a matmul. The choosing helpers are wrapped inside `recording`, so only the calls traced in
+or by a matmul; pairs summed in blocks of columns (lists of a static size over BLOCKED_ABOVE). The choosing helpers are wrapped inside `recording`, so only the calls traced in
 its block are instrumented.
 """
 
@@ -21,12 +21,13 @@ def recording(xla, read_traced):
     `append(bool(value))` once the traced boolean `value` is known (a `tf.py_function`, a
     `jax.debug.callback`).
     """
-    orders, fitted, unfactored, by_products = [], [], [], []
+    orders, fitted, unfactored, by_products, blocked = [], [], [], [], []
     counted_order_applies = pair_sums.counted_order_applies
     network_order_applies = pair_sums.network_order_applies
     elementwise_sums_apply = pair_sums.elementwise_sums_apply
     factored_or_per_pair = pair_sums._factored_or_per_pair
     dense_sigmoid_sums = pair_sums._dense_sigmoid_sums
+    dense_or_blocked = pair_sums._dense_or_blocked
 
     def order(values):
         counted = counted_order_applies(values)
@@ -51,8 +52,18 @@ def recording(xla, read_traced):
         unfactored.append(xla and not factored)
         return dense_sigmoid_sums(values, weights, factored)
 
+    def in_blocks(pairwise, like, dense, blocks):
+        def traced_blocks():
+            if like.shape[1] is not None:  # (an unknown size traces both branches)
+                blocked.append(True)
+            return blocks()
+
+        return dense_or_blocked(pairwise, like, dense, traced_blocks)
+
     def described():
         found = sorted(set(orders))
+        if blocked:
+            found.append(f"blocked pair sums ({pair_sums.PAIR_BLOCK} columns)")
         if fitted and not pair_sums.FACTORED_EXPONENTIALS:
             found.append("per-pair exps")
         elif fitted:
@@ -71,5 +82,6 @@ def recording(xla, read_traced):
             mock.patch.object(pair_sums, "network_order_applies", network), \
             mock.patch.object(pair_sums, "elementwise_sums_apply", products), \
             mock.patch.object(pair_sums, "_factored_or_per_pair", exponentials), \
-            mock.patch.object(pair_sums, "_dense_sigmoid_sums", sigmoid_sums):
+            mock.patch.object(pair_sums, "_dense_sigmoid_sums", sigmoid_sums), \
+            mock.patch.object(pair_sums, "_dense_or_blocked", in_blocks):
         yield described

@@ -104,6 +104,27 @@ def test_blocker_really_blocks_tensorflow():
     assert "blocked: tensorflow is blocked" in done.stdout
 
 
+def test_the_trainer_takes_its_backend_before_keras_and_keeps_it(monkeypatch):
+    """KERAS_BACKEND (or --backend) is honoured only before Keras is imported: in this process
+    Keras runs on TensorFlow, so another backend is refused in one line; export is TensorFlow's."""
+    import keras
+
+    from trainer import backend
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("checks a process whose Keras runs on TensorFlow")
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    with pytest.raises(ValueError, match="^KERAS_BACKEND=jax needs Keras on jax, but this process "
+                                         "already runs it on tensorflow"):
+        backend.choose(None, "train")
+    with pytest.raises(ValueError, match="^--backend jax needs Keras on jax"):
+        backend.choose("jax", "evaluate")
+    assert backend.choose(None, "export") == "tensorflow"
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    with pytest.raises(ValueError, match="^KERAS_BACKEND=torch: the trainer runs on tensorflow or jax$"):
+        backend.choose(None, "train")
+
+
 # Trains a tiny run with the trainer's CLI on JAX (which exports it from a TensorFlow process),
 # then scores fixed lists with the selected weights on JAX, as `evaluate` would.
 TRAIN_ON_JAX = """

@@ -1,7 +1,9 @@
-"""The backend-neutral core (`tfapprox.ops`, `losses`, `metrics`, `models`) runs on JAX in a process
-where TensorFlow cannot be imported, as on a GPU machine that has JAX but no TensorFlow.
+"""tfapprox off TensorFlow: the backend-neutral core (`tfapprox.ops`, `losses`, `metrics`, `models`)
+and the device check `benchmarks/gpu.py` run on JAX in a process where TensorFlow cannot be
+imported, as on a GPU machine that has JAX but no TensorFlow; the trainer trains on JAX
+(`--backend jax`) and its export serves as the JAX model scores.
 
-Each test starts its own JAX process, so it runs in the TensorFlow pass of the suite too.
+Each test starts its own JAX process, so they run in the TensorFlow pass of the suite.
 """
 
 import importlib.util

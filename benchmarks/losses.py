@@ -39,7 +39,6 @@ import os
 import pathlib
 import subprocess
 import sys
-from unittest import mock
 
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -47,6 +46,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from tfapprox import losses, pair_sums  # noqa: E402
+import pair_paths  # noqa: E402
 from limits import pairs_per_second  # noqa: E402
 from tfranking_losses import ROUNDS, SIZES, GradientTimer, make_inputs  # noqa: E402
 
@@ -96,61 +96,16 @@ class TFRankingServer:
 def paths_taken(loss, inputs, jit_compile, unknown_list_size=False):
     """Returns which `tfapprox.pair_sums` paths a forward+backward pass of `loss` on `inputs` takes.
 
-    The helpers that choose are wrapped while one `GradientTimer` traces and calls its step in a
-    graph that XLA does not compile but that takes XLA's paths when `jit_compile`
-    (`compiled_by_xla` answers so), where the wrappers can read the values they see.
+    One `GradientTimer` traces and calls its step, recorded by `pair_paths.recording`, in a graph
+    that XLA does not compile but that takes XLA's paths when `jit_compile` (`compiled_by_xla`
+    answers so), where the recorder can read the values it sees.
     """
-    orders, fitted, unfactored, by_products = [], [], [], []
-    counted_order_applies = pair_sums.counted_order_applies
-    network_order_applies = pair_sums.network_order_applies
-    elementwise_sums_apply = pair_sums.elementwise_sums_apply
-    factored_or_per_pair = pair_sums._factored_or_per_pair
-    dense_sigmoid_sums = pair_sums._dense_sigmoid_sums
+    def read_traced(value, append):
+        tf.py_function(lambda known: append(bool(known)), [value], [])
 
-    def order(values):
-        counted = counted_order_applies(values)
-        orders.append("counted order" if counted else "sorted")
-        return counted
-
-    def network(values):
-        applies = network_order_applies(values)
-        if applies:
-            orders.append("network order")
-        return applies
-
-    def products(pairs):
-        by_products.append(elementwise_sums_apply(pairs))
-        return by_products[-1]
-
-    def exponentials(fit, *args):
-        tf.py_function(lambda value: fitted.append(bool(value)), [fit], [])
-        return factored_or_per_pair(fit, *args)
-
-    def sigmoid_sums(values, weights, factored=True):
-        unfactored.append(jit_compile and not factored)
-        return dense_sigmoid_sums(values, weights, factored)
-
-    with mock.patch.object(pair_sums, "compiled_by_xla", lambda: jit_compile), \
-            mock.patch.object(pair_sums, "counted_order_applies", order), \
-            mock.patch.object(pair_sums, "network_order_applies", network), \
-            mock.patch.object(pair_sums, "elementwise_sums_apply", products), \
-            mock.patch.object(pair_sums, "_factored_or_per_pair", exponentials), \
-            mock.patch.object(pair_sums, "_dense_sigmoid_sums", sigmoid_sums):
+    with pair_paths.recording(jit_compile, read_traced) as described:
         GradientTimer(loss, *inputs, 0.0, jit_compile=False, unknown_list_size=unknown_list_size)
-    found = []
-    found.extend(sorted(set(orders)))
-    if fitted and not pair_sums.FACTORED_EXPONENTIALS:
-        found.append("per-pair exps")
-    elif fitted:
-        found.append("factored exps" if all(fitted) else
-                     f"factored exps in {sum(fitted)}/{len(fitted)} calls, else per pair")
-    if any(unfactored):
-        found.append("per-pair exps (unfactored sums)")
-    if by_products:
-        found.append("pair sums by products" if all(by_products) else
-                     "pair sums by matmul" if not any(by_products) else
-                     f"pair sums by products in {sum(by_products)}/{len(by_products)}, else matmul")
-    return ", ".join(found) or "no compiled-mode choice"
+    return described()
 
 
 def measure(round_seconds, jit_compile, unknown_list_size, server, names):

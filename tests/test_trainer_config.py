@@ -57,6 +57,7 @@ def test_every_flag_lands_in_its_field(tmp_path):
         "--epochs", "4", "--seed", "3", "--select-metric", "map", "--patience", "2",
         "--metrics", "ndcg@10,mrr", "--run-dir", "r", "--export-dir", "e", "--name", "n",
         "--version", "7", "--strategy", "mirrored", "--mixed-precision", "--jit",
+        "--backend", "tensorflow",
     ])
     assert (config.data.dir, config.data.list_size) == ("d", 50)
     assert (config.model.preset, config.model.dropout, config.model.batch_norm_momentum) == ("B128", 0.1, 0.9)
@@ -68,6 +69,8 @@ def test_every_flag_lands_in_its_field(tmp_path):
     assert config.export.version == 7
     assert (config.runtime.strategy, config.runtime.mixed_precision, config.runtime.jit) == (
         "mirrored", True, True)
+    assert config.runtime.backend == "tensorflow"
+    assert resolve(["--backend", "jax"]).runtime.backend == "jax"
     assert resolve(["--no-export"]).export.enabled is False
     assert resolve(["--list-size", "full"]).data.list_size is None
 
@@ -143,6 +146,8 @@ def test_a_key_given_twice_in_a_config_file_is_an_error(tmp_path, suffix, text):
     ({"optimizer.name": "sgd"}, "optimizer.name must be one of"),
     ({"model.dropout": 1.5}, "model.dropout must be in [0, 1)"),
     ({"runtime.strategy": "tpu"}, "runtime.strategy"),
+    ({"runtime.backend": "torch"}, "runtime.backend"),
+    ({"runtime.backend": "jax", "runtime.strategy": "mirrored"}, "runtime.strategy"),
     ({"data.train": ["t.txt"]}, "data.train needs data.vali"),
     ({"data.list_size": 1}, "data.list_size must be >= 2 .one document has nothing to rank"),
 ])

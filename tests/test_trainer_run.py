@@ -92,6 +92,9 @@ def test_a_run_reports_selects_and_exports(trained):
     assert (export_path / "saved_model.pb").is_file()
 
     summary = "\n".join(printed)
+    device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
+    assert printed[0].startswith(f"Training on tensorflow: {device}")
+    assert printed[0].endswith("| precision float32 | XLA off (--jit turns it on)")
     assert "best validation ndcg@5 at epoch" in summary
     assert "| ndcg@5 | " in summary and f"Exported {export_path}" in summary
 
@@ -275,14 +278,19 @@ def test_a_validation_split_without_relevant_documents_is_warned_about(tmp_path)
     assert warnings[0].startswith("Warning: the validation split") and str(fold / "vali.txt") in warnings[0]
 
 
-def test_mirrored_strategy_matches_default(tmp_path, cache_dir):
-    results = {}
-    for strategy in ("default", "mirrored"):
-        config = tiny_config(tmp_path / strategy, cache_dir, **{
-            "runtime.strategy": strategy, "train.epochs": 1, "export.enabled": False})
-        results[strategy] = train.train(config)
-    assert results["mirrored"]["num_replicas"] == 1
-    assert results["mirrored"]["validation"] == pytest.approx(results["default"]["validation"], abs=1e-5)
+def test_mirrored_strategy_is_refused_on_one_device(tmp_path, cache_dir, capsys):
+    """(Two replicas against one: test_trainer_process.py, on two logical CPU devices.)"""
+    gpus = len(tf.config.list_logical_devices("GPU"))
+    if gpus >= 2:
+        pytest.skip("two GPUs: --strategy mirrored runs here")
+    config = tiny_config(tmp_path, cache_dir)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--config", config_file(config, tmp_path), "--strategy", "mirrored"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"python -m trainer train: error: --strategy mirrored replicates over GPUs, and TensorFlow "
+        f"sees {gpus}: use --strategy default on one device\n")
+    assert not Path(config.train.run_dir).exists()
 
 
 def test_mixed_precision_and_jit(tmp_path, cache_dir):

@@ -5,8 +5,9 @@ drivers" and, as an error, "failed call to cuInit" while it starts, although not
 of these lines are written before TensorFlow's logging reads TF_CPP_MIN_LOG_LEVEL, so that variable
 alone does not silence them.
 
-`quiet_tensorflow_start()` wraps tfapprox's import of TensorFlow. When the process runs one of the
-command lines without `--verbose`, and the user has not set TF_CPP_MIN_LOG_LEVEL, it sets
+`quiet_tensorflow_start()` wraps the imports of TensorFlow (tfapprox's, and on JAX the trainer's).
+When the process runs one of the command lines without `--verbose`, and the user has not set
+TF_CPP_MIN_LOG_LEVEL (this module may have: later blocks are quiet too), it sets
 TF_CPP_MIN_LOG_LEVEL=3 (TensorFlow's C++ code then logs fatal errors only) and drops the
 informational lines TensorFlow writes to stderr during the import; anything else written there
 meanwhile is passed on. When tfapprox is imported as a library it does nothing.
@@ -21,6 +22,7 @@ import sys
 import tempfile
 
 COMMAND_LINES = ("trainer", "tfapprox.data")
+_quieted = False  # whether this module set TF_CPP_MIN_LOG_LEVEL (later blocks are quiet too)
 
 # absl's banner and its info/warning lines, e.g. "I0000 00:00:1795572760.867635    2943 port.cc:153] "
 _START_UP_LINE = re.compile(
@@ -32,10 +34,12 @@ _START_UP_LINE = re.compile(
 @contextlib.contextmanager
 def quiet_tensorflow_start():
     """Keeps TensorFlow's start-up notices off stderr during the block, for a quiet command line."""
+    global _quieted
     if not _quiet_wanted():
         yield
         return
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    _quieted = True
     with tempfile.TemporaryFile() as captured:
         sys.stderr.flush()
         stderr = os.dup(2)
@@ -55,7 +59,7 @@ def _quiet_wanted() -> bool:
     return (
         _module_run() in COMMAND_LINES
         and "--verbose" not in sys.argv
-        and "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+        and (_quieted or "TF_CPP_MIN_LOG_LEVEL" not in os.environ)
     )
 
 

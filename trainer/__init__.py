@@ -6,5 +6,6 @@ train.py       one run: fit epoch by epoch, validation, selection, early stoppin
 checkpoint.py  the per-epoch state file that makes a killed run resumable
 run_lock.py    one trainer per run directory: the flock'd lock file naming its holder
 distribute.py  --strategy default|mirrored|multi_worker and per-replica input
+backend.py     --backend tensorflow|jax: chosen before Keras loads; devices; export from TensorFlow
 cv.py          five-fold cross-validation with an optional hyperparameter grid
 """

@@ -48,6 +48,7 @@ _FLAG_KEYS = {
     "name": "export.name",
     "version": "export.version",
     "max_documents": "export.max_documents",
+    "backend": "runtime.backend",
     "strategy": "runtime.strategy",
     "mixed_precision": "runtime.mixed_precision",
     "jit": "runtime.jit",
@@ -158,6 +159,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--fresh", action="store_true",
                    help="discard the run directory's checkpoint, results and logs instead of "
                    "resuming (other files in it are kept)")
+    g.add_argument("--backend", choices=config_lib.BACKENDS,
+                   help="the Keras backend (default $KERAS_BACKEND, else tensorflow); data come "
+                   "through tf.data on both, and export runs on tensorflow")
     g.add_argument("--strategy", choices=config_lib.STRATEGIES,
                    help="tf.distribute strategy; multi_worker reads TF_CONFIG")
     g.add_argument("--mixed-precision", action="store_true", default=None,
@@ -263,11 +267,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
 
-    # TensorFlow loads here, after argument errors, and through tfapprox first: its import keeps
-    # TensorFlow's start-up quiet without --verbose (tfapprox/_startup.py). A multi-worker strategy
-    # must exist before TensorFlow runs any op, so it is made before the loss and metrics are checked.
-    import tfapprox  # noqa: F401
-    from trainer import checkpoint, distribute, interrupts, run_lock
+    # Keras reads its backend when first imported, so it is chosen before that. TensorFlow loads
+    # next, after argument errors, quietly without --verbose (tfapprox/_startup.py); on JAX it is
+    # the data pipeline's. A multi-worker strategy must exist before TensorFlow runs any op, so it
+    # is made before the loss and metrics are checked.
+    from trainer import backend
+
+    try:
+        backend.choose(config.runtime.backend, args.command)
+    except ValueError as err:
+        parser.exit(2, _error_line(args.command, err))
+    from tfapprox import _startup
+
+    with _startup.quiet_tensorflow_start():
+        from trainer import checkpoint, distribute, interrupts, run_lock
+    backend.keep_gpus_for_jax()
 
     strategy = config.runtime.strategy if args.command in ("train", "cv") else "default"
     try:

@@ -24,6 +24,7 @@ import yaml
 
 OPTIMIZERS = ("adagrad", "adam")
 STRATEGIES = ("default", "mirrored", "multi_worker")
+BACKENDS = ("tensorflow", "jax")
 MODEL_KINDS = ("dnn", "adarank")
 
 
@@ -93,6 +94,7 @@ class ExportConfig:
 
 @dataclasses.dataclass
 class RuntimeConfig:
+    backend: str | None = None  # the Keras backend: tensorflow | jax | None ($KERAS_BACKEND, else tensorflow)
     strategy: str = "default"  # default | mirrored | multi_worker (reads TF_CONFIG)
     mixed_precision: bool = False
     jit: bool = False
@@ -228,6 +230,9 @@ def validate(config: Config) -> None:
     checks = [
         (config.optimizer.name in OPTIMIZERS, "optimizer.name", config.optimizer.name, f"one of {OPTIMIZERS}"),
         (config.optimizer.learning_rate > 0, "optimizer.learning_rate", config.optimizer.learning_rate, "> 0"),
+        (config.runtime.backend in (None, *BACKENDS), "runtime.backend", config.runtime.backend, f"one of {BACKENDS} or null"),
+        (config.runtime.backend != "jax" or config.runtime.strategy == "default", "runtime.strategy",
+         config.runtime.strategy, "default on the jax backend (the strategies are tf.distribute's)"),
         (config.runtime.strategy in STRATEGIES, "runtime.strategy", config.runtime.strategy, f"one of {STRATEGIES}"),
         (config.model.kind in MODEL_KINDS, "model.kind", config.model.kind, f"one of {MODEL_KINDS}"),
         (config.model.adarank_rounds >= 1, "model.adarank_rounds", config.model.adarank_rounds, ">= 1"),

@@ -83,10 +83,20 @@ class Distribution:
 
 
 def make(name: str) -> Distribution:
-    """Returns the `Distribution` for a `--strategy` name."""
+    """Returns the `Distribution` for a `--strategy` name; raises ValueError for a strategy that
+    cannot run here (tf.distribute's on another Keras backend, `mirrored` on one device)."""
+    import keras
+
     if name == "default":
         return Distribution(tf.distribute.get_strategy(), name, True, 0, 1)
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(f"--strategy {name} is tf.distribute's and needs --backend tensorflow; "
+                         f"on {keras.backend.backend()} the trainer runs on one device")
     if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        if len(gpus) < 2:
+            raise ValueError(f"--strategy mirrored replicates over GPUs, and TensorFlow sees "
+                             f"{len(gpus)}: use --strategy default on one device")
         return Distribution(tf.distribute.MirroredStrategy(), name, True, 0, 1)
     if name == "multi_worker":
         tf_config = _tf_config()

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from trainer import checkpoint, data, distribute, interrupts, run_files, run_lock
+from trainer import backend, checkpoint, data, distribute, interrupts, run_files, run_lock
 from trainer.config import Config
 
 Printer = Callable[[str], None]
@@ -43,6 +43,7 @@ Printer = Callable[[str], None]
 # data's paths may be spelled differently: the checkpoint holds a fingerprint of the data itself.
 _RESUMABLE_CHANGES = (
     "train.epochs", "train.patience", "train.run_dir", "export", "runtime.strategy", "runtime.jit",
+    "runtime.backend",
     "data.cache_dir", "data.num_features", "data.dir", "data.train", "data.vali", "data.test", "cv",
     "train.metrics",
 )
@@ -94,6 +95,7 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
     started = time.perf_counter()
     say = print_fn if dist.is_chief else (lambda _: None)
     policy = _set_precision(config.runtime.mixed_precision)
+    say(backend.describe(dist.strategy, policy, backend.jit_compile(config.runtime.jit)))
     keras.utils.set_random_seed(config.train.seed)
     splits = data.resolve(config.data, print_fn=say)
     if config.runtime.jit and config.data.list_size is None and not splits.train_buckets:
@@ -183,7 +185,9 @@ def _finish(results: dict[str, Any], config: Config, built: Built, splits: data.
     """Exports the selected model (chief, if enabled), writes results.json, prints the summary."""
     if dist.is_chief:
         results.pop("export_path", None)
-        if config.export.enabled:
+        if config.export.enabled and keras.backend.backend() != "tensorflow":
+            results["export_path"] = str(backend.export_in_tensorflow_process(config.train.run_dir))
+        elif config.export.enabled:
             results["export_path"] = str(export(built.eval_model, config, splits.num_features))
         write_json(Path(config.train.run_dir) / "results.json", results)
         say(summary_table(results, config))
@@ -466,7 +470,7 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
             model = models.DNNScorer(hidden_units=(), input_batch_norm=False, name="adarank_scorer")
         else:
             model = models.build_scorer(config.model.preset, **_scorer_kwargs(config))
-        model({"features": tf.zeros([1, 2, num_features]), "mask": tf.ones([1, 2], tf.bool)})
+        model({"features": np.zeros([1, 2, num_features], "float32"), "mask": np.ones([1, 2], bool)})
         return model
 
     model = None
@@ -477,7 +481,7 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
                 optimizer=_optimizer(config),
                 loss=losses.get(config.loss.name, **config.loss.params),
                 metrics=_metrics(_train_metric_names(config), config),
-                jit_compile=config.runtime.jit,
+                jit_compile=backend.jit_compile(config.runtime.jit),
             )
             model.optimizer.build(model.trainable_variables)
             if dist.distributed:
@@ -662,7 +666,7 @@ def _set_precision(mixed: bool) -> str:
     if not mixed:
         policy = "float32"
     else:
-        policy = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+        policy = "mixed_float16" if backend.has_gpu() else "mixed_bfloat16"
     keras.config.set_dtype_policy(policy)
     return policy
 

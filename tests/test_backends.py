@@ -1,0 +1,230 @@
+"""tfapprox off TensorFlow: the backend-neutral core (`tfapprox.ops`, `losses`, `metrics`, `models`)
+and the device check `benchmarks/gpu.py` run on JAX in a process where TensorFlow cannot be
+imported, as on a GPU machine that has JAX but no TensorFlow; the trainer trains on JAX
+(`--backend jax`) and its export serves as the JAX model scores.
+
+Each test starts its own JAX process, so they run in the TensorFlow pass of the suite.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import cpp_loader
+from conftest import REPO
+from test_serving_cpp import runner  # noqa: F401  (the compiled C++ loader, a fixture)
+
+# Installed first in the child process: any import of a BLOCKED package (or a submodule) raises.
+_BLOCK_PACKAGES = textwrap.dedent("""
+    import sys
+
+    class _Blocked:
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ImportError(f"{name} is blocked: this process runs without it")
+
+    sys.meta_path.insert(0, _Blocked())
+""")
+TENSORFLOW = ("tensorflow", "tensorflow_serving", "tf_keras")
+
+
+def run_without_tensorflow(code, *, also_blocked=(), timeout=300):
+    """Runs `code` in a fresh Python with KERAS_BACKEND=jax and TensorFlow (and `also_blocked`)
+    unimportable; returns the CompletedProcess, and fails the test with its stderr if it exits
+    non-zero."""
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO),
+           "JAX_PLATFORMS": "cpu"}
+    blocker = f"BLOCKED = {TENSORFLOW + tuple(also_blocked)!r}\n" + _BLOCK_PACKAGES
+    done = subprocess.run([sys.executable, "-c", blocker + textwrap.dedent(code)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+FIT_WITHOUT_TENSORFLOW = """
+    import json
+    import keras
+    import numpy as np
+    import tfapprox
+    import tfapprox.models
+    import tfapprox.ops
+
+    rng = np.random.default_rng(0)
+    batch, list_size, num_features = 8, 6, 5
+    features = rng.normal(size=(batch, list_size, num_features)).astype("float32")
+    labels = rng.integers(0, 3, size=(batch, list_size)).astype("float32")
+    labels[:, 4:] = -1.0  # the last two slots of every list are padding
+    labels[0, 1:] = -1.0  # and one list holds a single document
+    mask = labels >= 0
+    features[~mask] = 1e6  # padded features must reach neither the loss nor batch norm
+
+    keras.utils.set_random_seed(0)
+    model = tfapprox.models.build_scorer("LINEAR")
+    model.compile(optimizer=keras.optimizers.Adagrad(0.1),
+                  loss=tfapprox.losses.ApproxNDCGLoss(alpha=10.0),
+                  metrics=[tfapprox.metrics.NDCG(5)])
+    history = model.fit({"features": features, "mask": mask}, labels, batch_size=4, epochs=3,
+                        shuffle=False, verbose=0)
+    scores = keras.ops.convert_to_numpy(model({"features": features, "mask": mask}))
+    print(json.dumps({
+        "backend": keras.backend.backend(),
+        "loss": history.history["loss"],
+        "ndcg": history.history["ndcg@5"],
+        "padded_scores": scores[~mask].tolist(),
+        "finite_scores": bool(np.isfinite(scores).all()),
+        "tensorflow_loaded": any(m.partition(".")[0] == "tensorflow" for m in sys.modules),
+    }))
+"""
+
+
+def test_scorer_fits_on_jax_without_tensorflow():
+    done = run_without_tensorflow(FIT_WITHOUT_TENSORFLOW)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["backend"] == "jax"
+    assert not result["tensorflow_loaded"]
+    assert len(result["loss"]) == 3 and all(-1.0 <= value <= 0.0 for value in result["loss"])
+    assert result["loss"][-1] < result["loss"][0]  # it learns
+    assert all(0.0 <= value <= 1.0 for value in result["ndcg"])
+    assert result["finite_scores"] and result["padded_scores"] == [0.0] * len(result["padded_scores"])
+
+
+def test_blocker_really_blocks_tensorflow():
+    """The guard above is only meaningful if TensorFlow (installed here) fails to import."""
+    done = run_without_tensorflow("""
+        try:
+            import tensorflow
+        except ImportError as error:
+            print("blocked:", error)
+    """)
+    assert "blocked: tensorflow is blocked" in done.stdout
+
+
+def test_the_trainer_takes_its_backend_before_keras_and_keeps_it(monkeypatch):
+    """KERAS_BACKEND (or --backend) is honoured only before Keras is imported: in this process
+    Keras runs on TensorFlow, so another backend is refused in one line; export is TensorFlow's."""
+    import keras
+
+    from trainer import backend
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("checks a process whose Keras runs on TensorFlow")
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    with pytest.raises(ValueError, match="^KERAS_BACKEND=jax needs Keras on jax, but this process "
+                                         "already runs it on tensorflow"):
+        backend.choose(None, "train")
+    with pytest.raises(ValueError, match="^--backend jax needs Keras on jax"):
+        backend.choose("jax", "evaluate")
+    assert backend.choose(None, "export") == "tensorflow"
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    with pytest.raises(ValueError, match="^KERAS_BACKEND=torch: the trainer runs on tensorflow or jax$"):
+        backend.choose(None, "train")
+
+
+# Trains a tiny run with the trainer's CLI on JAX (which exports it from a TensorFlow process),
+# then scores fixed lists with the selected weights on JAX, as `evaluate` would.
+TRAIN_ON_JAX = """
+    import json
+    import sys
+    import numpy as np
+    from trainer.__main__ import main
+
+    run_dir, export_dir, config_file, out = sys.argv[1:]
+    assert main(["train", "--backend", "jax", "--config", config_file, "--run-dir", run_dir,
+                 "--export-dir", export_dir, "--name", "jax_run"]) == 0
+    from trainer import config as config_lib, train  # Keras, imported by main on JAX
+
+    config = config_lib.load(f"{run_dir}/config.json")
+    built = train.restore_best(config)
+    features = np.random.default_rng(1).normal(size=(3, 7, 8)).astype("float32")
+    scores = built.eval_model({"features": features, "mask": np.ones((3, 7), bool)})
+    np.savez(out, features=features, scores=np.asarray(scores))
+"""
+
+TINY_RUN = {
+    "data": {"synthetic": {"num_queries": 24, "docs_per_query": 6, "num_features": 8},
+             "list_size": 8},
+    "model": {"preset": "linear"},
+    "optimizer": {"name": "adam", "learning_rate": 0.01},
+    "train": {"batch_size": 8, "epochs": 1, "patience": 0, "metrics": ["ndcg@5"]},
+}
+
+
+@pytest.mark.slow
+def test_trainer_on_jax_exports_what_the_cpp_loader_serves(tmp_path, runner):
+    """`python -m trainer train --backend jax`: trains, checkpoints, selects, and its export (made on
+    TensorFlow from the selected weights) scores in TensorFlow's C++ loader as the JAX model does."""
+    config_file = tmp_path / "tiny.json"
+    config_file.write_text(json.dumps({**TINY_RUN, "data": {**TINY_RUN["data"],
+                                                            "cache_dir": str(tmp_path / "cache")}}))
+    code = "import sys; sys.argv[1:] = " + repr([
+        str(tmp_path / "run"), str(tmp_path / "saved_models"), str(config_file), str(tmp_path / "jax.npz")])
+    done = subprocess.run(
+        [sys.executable, "-c", code + "\n" + textwrap.dedent(TRAIN_ON_JAX)], cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"},
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "Training on jax: CPU:0" in done.stdout and "XLA on" in done.stdout
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["export_path"] == str(tmp_path / "saved_models" / "jax_run" / "1")
+    assert (tmp_path / "run" / "checkpoint.npz").exists()
+
+    on_jax = np.load(tmp_path / "jax.npz")
+    requests = cpp_loader.signature_requests(on_jax["features"])
+    with cpp_loader.CppLoader(runner, results["export_path"]) as loader:
+        for signature in ("score_features", "serving_default"):
+            outputs, _ = loader.run(signature, requests[signature])
+            np.testing.assert_allclose(outputs["scores"], on_jax["scores"], rtol=1e-5, atol=1e-5)
+
+
+def run_gpu_benchmark(*args, also_blocked=()):
+    """Returns the stdout of `python -m benchmarks.gpu ARGS` on the CPU without TensorFlow."""
+    return run_without_tensorflow(f"""
+        import runpy
+        sys.argv = ["benchmarks/gpu.py", *{list(args)!r}]
+        runpy.run_module("benchmarks.gpu", run_name="__main__")
+        assert "tensorflow" not in sys.modules
+    """, also_blocked=also_blocked).stdout
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_runs_tiny_on_the_cpu_without_tensorflow():
+    """benchmarks/gpu.py, the device check, at sizes that take seconds (its figures mean nothing
+    here): every section prints, beside Rax where Rax is installed."""
+    with_rax = importlib.util.find_spec("rax") is not None
+    out = run_gpu_benchmark("--tiny", *(["--rax"] if with_rax else []))
+    assert out.startswith("Device: CPU")
+    assert "One list of 2,000 documents, ApproxNDCG forward+backward: peak device memory not " \
+           "available, XLA's temporaries " in out
+    assert re.search(r"Matmul peak \(256×256, measured\): float32 [\d.]+ TFLOP/s, bfloat16 ", out)
+    number = re.compile(r"[\d,]+")
+    table = {tuple(cells[:3]): cells[3:] for cells in _table_rows(out)}
+    for row in ("ApproxNDCG", "ApproxAP", "RankNet", "ListMLE", "Softmax"):
+        for list_size, batch in (("10", "4"), ("40", "2")):
+            ours, rax, ratio, path = table[(row, list_size, batch)]
+            if ours == "not in this build":  # no SoftmaxLoss in this build
+                assert row == "Softmax" and path == "not in this build"
+            else:
+                assert number.fullmatch(ours) and path, (row, ours, path)
+            assert bool(number.fullmatch(rax)) == with_rax
+            assert ratio.endswith("×") == (with_rax and ours != "not in this build")
+    assert table[("ListMLE", "10", "4")][3] == "network order"
+    for policy in ("float32", "mixed_bfloat16"):
+        assert re.search(rf"\| 10 \| 4 \| {policy} \| [\d,]+ \| [\d.]+% \|", out)
+
+
+def _table_rows(text):
+    """Returns the cells of each markdown table row in `text` (header and rule lines too)."""
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("|")]
+
+
+def test_gpu_benchmark_help_needs_neither_tensorflow_nor_rax():
+    out = run_gpu_benchmark("--help", also_blocked=("rax",))
+    assert "python -m benchmarks.gpu" in out and "--rax" in out and "--tiny" in out

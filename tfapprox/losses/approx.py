@@ -1,0 +1,170 @@
+"""The Approx losses (Qin, Liu & Li 2010): IR measures fed smooth positions, and SoftRank.
+
+T. Qin, T.-Y. Liu, H. Li. *A general approximation framework for direct optimization of
+information retrieval measures*, Information Retrieval 13(4), 2010. M. Taylor, J. Guiver,
+S. Robertson, T. Minka. *SoftRank: optimizing non-smooth rank metrics*, WSDM 2008.
+"""
+
+import keras
+from keras import ops
+
+from tfapprox import direct_ops
+from tfapprox import measures
+from tfapprox import ops as rank_ops
+from tfapprox.losses import base
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class ApproxNDCGLoss(base.RankingLoss):
+    """−ApproxNDCG (Qin et al. eq. 21): NDCG with the smooth positions of eq. 20.
+
+        loss = −(1/N) Σ_x (2^{y_x} − 1) / log2(1 + π̂(x)),
+        π̂(x) = 1 + Σ_{y≠x} σ(α(s_y − s_x)),   N = ideal DCG.
+
+    With `topk`, the loss is −ApproxNDCG@k: each term is multiplied by the smooth truncation
+    σ(β(k + ½ − π̂(x))) and N is the ideal DCG@k. Without `topk` it equals TF-Ranking's
+    `ApproxNDCGLoss(temperature=1/alpha)` on every list with a relevant document and two
+    different labels (TF-Ranking also gives a list whose labels are all equal a loss).
+
+    Args:
+        alpha: slope α of the position sigmoid, = 1/temperature (Bruch et al. use 10; Qin et al.
+            search 10…100). Larger is tighter (Qin Thm 3) but harder to optimise.
+        topk: optional cut-off k.
+        beta: slope β of the truncation sigmoid (Qin et al. search 1…100); used with `topk` only.
+        pairwise: "auto" (default), "dense" or "blocked": how the sums over pairs are computed.
+            Blocked, in `tfapprox.pair_sums.PAIR_BLOCK` (256) columns at a time with a backward
+            pass that recomputes each block: O(B·L·256) memory instead of O(B·L²). "auto" blocks
+            lists longer than `tfapprox.pair_sums.BLOCKED_ABOVE` (1024), at run time if L is
+            None.
+    A list contributes when it has a document with label > 0.
+    """
+
+    def __init__(self, alpha=10.0, topk=None, beta=10.0, pairwise="auto",
+                 reduction="sum_over_batch_size", name="approx_ndcg_loss", dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.alpha = base.check_positive("alpha", alpha)
+        self.topk = base.check_cutoff("topk", topk)
+        self.beta = base.check_positive("beta", beta)
+        self.pairwise = base.check_pairwise(pairwise)
+
+    def per_list(self, labels, mask, scores):
+        positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta, self.pairwise)
+        return -measures.ndcg(labels, positions, self.topk), None
+
+    def get_config(self):
+        return {**super().get_config(), "alpha": self.alpha, "topk": self.topk, "beta": self.beta,
+                "pairwise": self.pairwise}
+
+
+class _BinaryRelevanceLoss(base.RankingLoss):
+    """Shared arguments of the losses over binary relevance r(x) = 1{label ≥ threshold}."""
+
+    def __init__(self, alpha, beta, relevance_threshold, pairwise, reduction, name, dtype):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.alpha = base.check_positive("alpha", alpha)
+        self.beta = base.check_positive("beta", beta)
+        self.relevance_threshold = base.check_threshold(relevance_threshold)
+        self.pairwise = base.check_pairwise(pairwise)
+
+    def relevance_and_positions(self, labels, mask, scores):
+        relevance = rank_ops.binary_relevance(labels, mask, self.relevance_threshold)
+        positions = measures.Positions.smooth(scores, mask, self.alpha, self.beta, self.pairwise)
+        return relevance, positions, ops.sum(relevance, axis=-1) > 0
+
+    def get_config(self):
+        return {**super().get_config(), "alpha": self.alpha, "beta": self.beta,
+                "relevance_threshold": self.relevance_threshold, "pairwise": self.pairwise}
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class ApproxAPLoss(_BinaryRelevanceLoss):
+    """−ApproxAP (Qin et al. eq. 22): average precision with smooth positions and truncations.
+
+        loss = −(1/|D+|) Σ_y r(y)/π̂(y) · (1 + Σ_{x≠y} r(x)·σ(β(π̂(y) − π̂(x)))),
+
+    with π̂ from eq. 20 (slope α) and r(x) = 1{label ≥ relevance_threshold}. Both 1/π̂(y) and the
+    pairwise truncation are smooth and carry gradient; both pairwise sums are dense or blocked as
+    `pairwise` says (see `ApproxNDCGLoss`). A list contributes when it has a relevant document.
+    """
+
+    def __init__(self, alpha=10.0, beta=10.0, relevance_threshold=1.0, pairwise="auto",
+                 reduction="sum_over_batch_size", name="approx_ap_loss", dtype=None):
+        super().__init__(alpha, beta, relevance_threshold, pairwise, reduction, name, dtype)
+
+    def per_list(self, labels, mask, scores):
+        relevance, positions, has_relevant = self.relevance_and_positions(labels, mask, scores)
+        return -measures.average_precision(relevance, positions), has_relevant
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class ApproxPrecisionLoss(_BinaryRelevanceLoss):
+    """−Approx P@k (Qin et al. eq. 13 with the smooth truncation of §4.2).
+
+        loss = −(1/k) Σ_x r(x)·σ(β(k + ½ − π̂(x))),   r(x) = 1{label ≥ relevance_threshold}.
+
+    `pairwise` as in `ApproxNDCGLoss`. A list contributes when it has a relevant document.
+    """
+
+    def __init__(self, k, alpha=10.0, beta=10.0, relevance_threshold=1.0, pairwise="auto",
+                 reduction="sum_over_batch_size", name="approx_precision_loss", dtype=None):
+        super().__init__(alpha, beta, relevance_threshold, pairwise, reduction, name, dtype)
+        self.k = base.check_cutoff("k", k, allow_none=False)
+
+    def per_list(self, labels, mask, scores):
+        relevance, positions, has_relevant = self.relevance_and_positions(labels, mask, scores)
+        return -measures.precision_at_k(relevance, positions, self.k), has_relevant
+
+    def get_config(self):
+        return {**super().get_config(), "k": self.k}
+
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class SoftRankLoss(base.RankingLoss):
+    """−SoftNDCG (Taylor, Guiver, Robertson & Minka, WSDM 2008): NDCG in expectation over noisy
+    scores.
+
+    Each score is a Gaussian S_j ~ N(s_j, σ²), so document i beats j with probability
+    π_ij = Φ((s_i − s_j)/(√2·σ)). Adding the documents one at a time gives each document's rank
+    distribution, p_j^(i)(r) = p_j^(i−1)(r − 1)·π_ij + p_j^(i−1)(r)·(1 − π_ij), and
+
+        loss = −SoftNDCG = −(1/N) Σ_j G(l_j) Σ_r D(r)·p_j(r),
+
+    with G(l) = 2^l − 1, D(r) = 1/log2(1 + r) at positions r = 1, 2, ..., N the ideal DCG. As
+    σ → 0 it tends to −NDCG of the current ranking.
+
+    Cost, as published: O(L³) time per list, and the gradient keeps one [B, L, L] tensor per
+    document added, 4·B·L³ bytes (2.1 GB for 32 lists of 256 documents, which a TensorFlow graph
+    trains at about 3 s a step on 2 CPU cores). It serves lists of up to a few hundred
+    documents: a list with more than `max_list_size` real documents is cut to its
+    `max_list_size` highest-scored ones, and the others are left out (they push no kept document
+    down and add nothing to the SoftDCG; N stays the whole list's). The cut needs no check on the
+    list size, so it is the same eagerly, in a graph with a `None` list dimension, under XLA and
+    on JAX.
+
+    Args:
+        sigma: σ, the standard deviation of the score noise, in score units (Taylor et al. tune
+            it); larger is smoother and further from NDCG.
+        max_list_size: the most documents of a list that take part (default 256).
+    A list contributes when it has a document with label > 0.
+    """
+
+    def __init__(self, sigma=1.0, max_list_size=256, reduction="sum_over_batch_size",
+                 name="softrank_loss", dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.sigma = base.check_positive("sigma", sigma)
+        self.max_list_size = base.check_cutoff("max_list_size", max_list_size, allow_none=False)
+
+    def per_list(self, labels, mask, scores):
+        kept = ops.argsort(-ops.where(mask, ops.stop_gradient(scores), float("-inf")),
+                           axis=-1)[:, :self.max_list_size]
+        gains, kept_mask, kept_scores = (
+            ops.take_along_axis(x, kept, axis=-1)
+            for x in (rank_ops.gains(labels), mask, scores))
+        distributions = direct_ops.rank_distributions(
+            direct_ops.beat_probabilities(kept_scores, kept_mask, self.sigma))
+        soft_dcg = ops.sum(gains * direct_ops.expected_discounts(distributions), axis=-1)
+        return -rank_ops.safe_divide(soft_dcg, rank_ops.ideal_dcg(labels)), None
+
+    def get_config(self):
+        return {**super().get_config(), "sigma": self.sigma, "max_list_size": self.max_list_size}

@@ -1,0 +1,103 @@
+"""Pairwise losses: RankNet, Chen et al.'s weighted RankNet and LambdaRank.
+
+C. Burges et al. *Learning to rank using gradient descent*, ICML 2005. W. Chen, T.-Y. Liu, Y. Lan,
+Z. Ma, H. Li. *Ranking measures and loss functions in learning to rank*, NIPS 2009.
+C. J. C. Burges, R. Ragno, Q. V. Le. *Learning to rank with nonsmooth cost functions*, NIPS 2006.
+"""
+
+import keras
+from keras import ops
+
+from tfapprox import direct_ops
+from tfapprox import ops as rank_ops
+from tfapprox import pair_sums
+from tfapprox.losses import base, lambda_weights
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class RankNetLoss(base.RankingLoss):
+    """RankNet: Σ_{l_i > l_j} ln(1 + e^{−(s_i − s_j)}) per list (Burges et al. 2005).
+
+    Summed over the pairs of a list, this equals the per-list sum of TF-Ranking's unreduced
+    `PairwiseLogisticLoss` (its default reduction instead divides by batch × list size). The
+    pair sums are dense or blocked as `pairwise` says (see `ApproxNDCGLoss`). A list contributes
+    when it has a pair with different labels.
+    """
+
+    def __init__(self, pairwise="auto", reduction="sum_over_batch_size", name="ranknet_loss",
+                 dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.pairwise = base.check_pairwise(pairwise)
+
+    def pair_weights(self, labels, mask):
+        """Returns the weight of each pair's upper document and the list normaliser."""
+        return ops.ones_like(labels), ops.ones(ops.shape(labels)[:1])
+
+    def per_list(self, labels, mask, scores):
+        as_upper = pair_sums.logistic_pair_sums(scores, labels, mask, self.pairwise)
+        weights, normaliser = self.pair_weights(labels, mask)
+        total = ops.sum(as_upper * weights, axis=-1)
+        return rank_ops.safe_divide(total, normaliser), None
+
+    def get_config(self):
+        return {**super().get_config(), "pairwise": self.pairwise}
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class WeightedRankNetLoss(RankNetLoss):
+    """Weighted RankNet (Chen et al. 2009, §4): a tighter upper bound of 1 − NDCG@C.
+
+        loss = (1/N_C) Σ_{l_i > l_j} G(l_i)·D(p_i) · ln(1 + e^{−(s_i − s_j)}),
+        p_i = 1 + #{documents with label > l_i},  G(l) = 2^l − 1,  D(p) = 1/log2(1 + p)·1{p ≤ C}.
+
+    The weights come from the ground truth (the best position a document can hold), never from the
+    model's current ranking. Chen's Theorem 1 gives 1 − NDCG@C ≤ loss / ln 2. `topk` is C
+    (None: the whole list); N_C is the ideal DCG@C.
+    """
+
+    def __init__(self, topk=None, pairwise="auto", reduction="sum_over_batch_size",
+                 name="weighted_ranknet_loss", dtype=None):
+        super().__init__(pairwise=pairwise, reduction=reduction, name=name, dtype=dtype)
+        self.topk = base.check_cutoff("topk", topk)
+
+    def pair_weights(self, labels, mask):
+        positions = rank_ops.ideal_positions(labels, mask, self.pairwise)
+        return lambda_weights.chen_weights(labels, positions, self.topk)
+
+    def get_config(self):
+        return {**super().get_config(), "topk": self.topk}
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class LambdaRankLoss(base.RankingLoss):
+    """LambdaRank (Burges et al., NIPS 2006): pairwise logistic losses weighted by |ΔNDCG|.
+
+        loss = Σ_{l_i > l_j} |ΔNDCG@k_ij| · ln(1 + e^{−(s_i − s_j)}),
+        |ΔNDCG@k_ij| = |G(l_i) − G(l_j)| · |D_k(π_i) − D_k(π_j)| / N_k,
+
+    the change of NDCG@k when i and j swap places in the current ranking: π are the exact
+    positions of the current scores, G(l) = 2^l − 1, D_k(r) = 1{r ≤ k}/log2(1 + r), N_k the ideal
+    DCG@k. The weights are held fixed (no gradient), so ∂loss/∂s_i sums Burges' lambdas
+    −|ΔNDCG_ij|/(1 + e^{s_i − s_j}). `topk` is k (None: the whole list).
+
+    Per list, this is TF-Ranking's unreduced `PairwiseLogisticLoss(lambda_weight=
+    NDCGLambdaWeight(topn=k, smooth_fraction=1.0))` summed over the list and divided by the padded
+    list size, by which TF-Ranking scales its weights. (`NDCGLambdaWeight()`'s default
+    smooth_fraction=0 gives LambdaLoss' weight |D(|π_i − π_j|) − D(|π_i − π_j| + 1)| instead of
+    |ΔNDCG|.) A list contributes when it has a pair with different labels.
+    """
+
+    def __init__(self, topk=None, reduction="sum_over_batch_size", name="lambdarank_loss",
+                 dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.topk = base.check_cutoff("topk", topk)
+
+    def per_list(self, labels, mask, scores):
+        pairs = ops.logical_and(direct_ops.real_pairs(mask),
+                                direct_ops.pair_differences(labels) > 0)  # l_i > l_j
+        weights = direct_ops.ndcg_swap_weights(labels, mask, scores, self.topk)
+        logistic = ops.softplus(-direct_ops.pair_differences(scores))
+        return ops.sum(ops.where(pairs, weights * logistic, 0.0), axis=(1, 2)), None
+
+    def get_config(self):
+        return {**super().get_config(), "topk": self.topk}

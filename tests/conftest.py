@@ -189,7 +189,8 @@ def loss_and_grad(loss_fn, labels, scores, mode=None, unknown_shape=False):
 
 
 # Arguments a registered class cannot be built without; everything else takes its defaults.
-REQUIRED_ARGS = {"ApproxPrecisionLoss": {"k": 3}, "PrecisionAtK": {"k": 3}}
+REQUIRED_ARGS = {"ApproxPrecisionLoss": {"k": 3}, "GumbelApproxPrecisionLoss": {"k": 3},
+                 "PrecisionAtK": {"k": 3}}
 
 
 def registered(base):
@@ -201,6 +202,6 @@ def registered(base):
     import tfapprox.metrics  # noqa: F401
     import tfapprox.models  # noqa: F401
 
-    classes = [cls for key, cls in keras.saving.get_custom_objects().items()
-               if key.startswith("tfapprox>") and issubclass(cls, base)]
+    classes = [cls for key, cls in keras.saving.get_custom_objects().items()  # functions too
+               if key.startswith("tfapprox>") and isinstance(cls, type) and issubclass(cls, base)]
     return [cls(**REQUIRED_ARGS.get(cls.__name__, {})) for cls in classes]

@@ -6,7 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import COMPILE_MODES, loss_and_grad, random_batch, registered, to_numpy
+from conftest import (COMPILE_MODES, REQUIRED_ARGS, loss_and_grad, random_batch, registered,
+                      to_numpy)
 from tfapprox import losses
 from tfapprox import pair_sums
 
@@ -26,6 +27,23 @@ ALL_LOSSES = [
     losses.SoftRankLoss(),
     losses.SVMMapLoss(),
     losses.PermuRankLoss(),
+    losses.SoftmaxLoss(),
+    losses.SoftmaxLoss(lambda_weight=losses.NDCGLambdaWeight(topn=3), temperature=0.5),
+    losses.UniqueSoftmaxLoss(temperature=2.0),
+    losses.PairwiseLogisticLoss(temperature=0.5),
+    losses.PairwiseLogisticLoss(lambda_weight=losses.NDCGLambdaWeightV2(topn=3)),
+    losses.PairwiseHingeLoss(),
+    losses.PairwiseHingeLoss(lambda_weight=losses.DCGLambdaWeight(topn=4, smooth_fraction=0.5)),
+    losses.PairwiseSoftZeroOneLoss(lambda_weight=losses.PrecisionLambdaWeight(topn=2)),
+    losses.PairwiseSoftZeroOneLoss(lambda_weight=losses.YetiDCGLambdaWeight()),
+    losses.PairwiseMSELoss(lambda_weight=losses.LabelDiffLambdaWeight()),
+    losses.SigmoidCrossEntropyLoss(),
+    losses.MeanSquaredLoss(),
+    losses.ApproxMRRLoss(),
+    losses.GumbelApproxNDCGLoss(),
+    losses.GumbelApproxAPLoss(sample_size=3, seed=5),
+    losses.GumbelApproxPrecisionLoss(k=3),
+    losses.ListMLELoss(lambda_weight=losses.ListMLELambdaWeight(), temperature=2.0),
 ]
 IDS = [f"{type(l).__name__}-{i}" for i, l in enumerate(ALL_LOSSES)]
 
@@ -268,8 +286,7 @@ def test_config_round_trip_and_keras_lookup(loss, rng):
 
 def test_get_builds_each_loss_by_name():
     for name, cls in losses.LOSSES.items():
-        params = {"k": 5} if cls is losses.ApproxPrecisionLoss else {}
-        assert type(losses.get(name, **params)) is cls
+        assert type(losses.get(name, **REQUIRED_ARGS.get(cls.__name__, {}))) is cls
 
 
 PAIRWISE_LOSSES = {  # pairwise -> a loss whose pair sums are dense or blocked as it says

@@ -26,7 +26,21 @@ the caller states and applies every convention:
   these values and weights to `tf.keras.metrics.Mean`).
 
 It also stores `versions`, the TensorFlow and TF-Ranking versions it ran with.
+
+With `loss_cases` (a JSON list of `[name, kind, class, kwargs, lambda_weight class or null,
+lambda_weight kwargs]`, a string kwarg `"fn:NAME"` naming `tfr.keras.utils.NAME`), `loss_labels`,
+`loss_scores` and `loss_distinct_labels` (one padded batch), it also writes for each case
+`case_{name}` [B], TF-Ranking's per-list value, and `case_{name}_grad` [B, L], the gradient of
+their sum with respect to the scores. What a per-list value is depends on `kind`: "pairwise" and
+"pointwise" sum the unreduced [B, L] loss over the list ("pointwise" then divides by the real
+documents), "listwise" takes the unreduced [B, 1], and "softmax" `_loss.compute_per_list` (its
+cross-entropy before its reduction weighs the list by its labels' sum). ListMLE cases use
+`loss_distinct_labels`. With `gumbel_cases` (a JSON list of `[name, kwargs]` for
+`GumbelApproxNDCGLoss`) and `gumbel_labels`, `gumbel_scores`, it writes `gumbel_{name}` [B, S],
+each list's S sampled losses.
 """
+
+import json
 
 import importlib.metadata
 import sys
@@ -86,8 +100,57 @@ def reference_values(inputs):
             mean.reset_state()
             mean.update_state(values, sample_weight=weights)
             out[f"{name}_result_{i}"] = np.float64(mean.result().numpy())
+    if "loss_cases" in inputs:
+        out.update(loss_case_values(inputs))
     out["versions"] = np.array([importlib.metadata.version("tensorflow"),
                                 importlib.metadata.version("tensorflow-ranking")])
+    return out
+
+
+def _resolved(kwargs):
+    return {key: getattr(tfr.keras.utils, value[3:])
+            if isinstance(value, str) and value.startswith("fn:") else value
+            for key, value in kwargs.items()}
+
+
+def _build(cls, kwargs, weight_cls, weight_kwargs):
+    kwargs = _resolved(kwargs)
+    if weight_cls:
+        kwargs["lambda_weight"] = getattr(tfr.keras.losses, weight_cls)(
+            **_resolved(weight_kwargs))
+    return getattr(tfr.keras.losses, cls)(reduction=NONE, **kwargs)
+
+
+def _per_list(loss, kind, labels, scores):
+    if kind == "softmax":
+        return loss._loss.compute_per_list(labels, scores, None)[0]
+    values = loss(labels, scores)
+    if kind == "pointwise":
+        real = tf.reduce_sum(tf.cast(labels >= 0, tf.float32), axis=1)
+        return tf.math.divide_no_nan(tf.reduce_sum(values, axis=1), real)
+    return tf.reshape(tf.reduce_sum(values, axis=1), [-1])
+
+
+def loss_case_values(inputs):
+    """Returns {`case_{name}`, `case_{name}_grad`, `gumbel_{name}`} (see the module docstring)."""
+    out = {}
+    for name, kind, cls, kwargs, weight_cls, weight_kwargs in json.loads(str(inputs["loss_cases"])):
+        loss = _build(cls, kwargs, weight_cls, weight_kwargs)
+        labels = tf.constant(inputs["loss_distinct_labels" if cls == "ListMLELoss"
+                                    else "loss_labels"], tf.float32)
+        scores = tf.constant(inputs["loss_scores"], tf.float32)
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            values = _per_list(loss, kind, labels, scores)
+            total = tf.reduce_sum(values)
+        out[f"case_{name}"] = per_list(values)
+        out[f"case_{name}_grad"] = tape.gradient(total, scores).numpy()
+    labels = tf.constant(inputs["gumbel_labels"], tf.float32)
+    scores = tf.constant(inputs["gumbel_scores"], tf.float32)
+    for name, kwargs in json.loads(str(inputs["gumbel_cases"])):
+        loss = tfr.keras.losses.GumbelApproxNDCGLoss(reduction=NONE, **kwargs)
+        out[f"gumbel_{name}"] = np.reshape(loss(labels, scores).numpy(),
+                                           (labels.shape[0], kwargs["sample_size"]))
     return out
 
 

@@ -1,17 +1,32 @@
-"""Keras ranking losses, by family: `approx` (the approximation framework of Qin et al., and
-SoftRank), `pairwise`, `listwise`, `structural` (SVM^map, PermuRank), over one base class
-(`base.RankingLoss`, whose docstring gives the input conventions, what a list without a loss
-contributes, and the reductions) and the weights of `lambda_weights`.
+"""Keras ranking losses, by family: `approx` (the approximation framework of Qin et al., its
+Gumbel-sampled forms, and SoftRank), `pairwise`, `listwise` (softmax, ListMLE), `pointwise`,
+`structural` (SVM^map, PermuRank), over one base class (`base.RankingLoss`, whose docstring gives
+the input conventions, what a list without a loss contributes, and the reductions) and the
+LambdaLoss weights of `lambda_weights`.
 
-`get(name, **params)` builds a loss by its tfapprox name (a key of `LOSSES`).
+`get(key, **params)` builds a loss by its tfapprox name (a key of `LOSSES`) or by its TF-Ranking
+`RankingLossKey` string (a key of `RANKING_LOSS_KEYS`), with the class's (TF-Ranking's) keyword
+arguments. docs/migrating.md maps every TF-Ranking loss and argument to ours.
 """
 
-from tfapprox.losses.approx import ApproxAPLoss, ApproxNDCGLoss, ApproxPrecisionLoss, SoftRankLoss
+from tfapprox.losses.approx import (ApproxAPLoss, ApproxMRRLoss, ApproxNDCGLoss,
+                                    ApproxPrecisionLoss, GumbelApproxAPLoss,
+                                    GumbelApproxNDCGLoss, GumbelApproxPrecisionLoss,
+                                    SoftRankLoss)
 from tfapprox.losses.base import RankingLoss
-from tfapprox.losses.listwise import ListMLELoss, WeightedListMLELoss
-from tfapprox.losses.pairwise import LambdaRankLoss, RankNetLoss, WeightedRankNetLoss
+from tfapprox.losses.lambda_weights import (DCGLambdaWeight, LabelDiffLambdaWeight,
+                                            ListMLELambdaWeight, NDCGLambdaWeight,
+                                            NDCGLambdaWeightV2, PrecisionLambdaWeight,
+                                            YetiDCGLambdaWeight)
+from tfapprox.losses.listwise import (ListMLELoss, SoftmaxLoss, UniqueSoftmaxLoss,
+                                      WeightedListMLELoss)
+from tfapprox.losses.pairwise import (LambdaRankLoss, PairwiseHingeLoss, PairwiseLogisticLoss,
+                                      PairwiseMSELoss, PairwiseSoftZeroOneLoss, RankNetLoss,
+                                      WeightedRankNetLoss)
+from tfapprox.losses.pointwise import MeanSquaredLoss, SigmoidCrossEntropyLoss
 from tfapprox.losses.structural import PermuRankLoss, SVMMapLoss
 
+# tfapprox's names: one per class, the TF-Ranking key where the class is TF-Ranking's.
 LOSSES = {
     "approx_ndcg": ApproxNDCGLoss,
     "approx_ap": ApproxAPLoss,
@@ -24,11 +39,38 @@ LOSSES = {
     "softrank": SoftRankLoss,
     "svm_map": SVMMapLoss,
     "permurank": PermuRankLoss,
+    "softmax_loss": SoftmaxLoss,
+    "unique_softmax_loss": UniqueSoftmaxLoss,
+    "pairwise_logistic_loss": PairwiseLogisticLoss,
+    "pairwise_hinge_loss": PairwiseHingeLoss,
+    "pairwise_soft_zero_one_loss": PairwiseSoftZeroOneLoss,
+    "pairwise_mse_loss": PairwiseMSELoss,
+    "sigmoid_cross_entropy_loss": SigmoidCrossEntropyLoss,
+    "mean_squared_loss": MeanSquaredLoss,
+    "approx_mrr_loss": ApproxMRRLoss,
+    "gumbel_approx_ndcg_loss": GumbelApproxNDCGLoss,
+    "gumbel_approx_ap": GumbelApproxAPLoss,
+    "gumbel_approx_precision": GumbelApproxPrecisionLoss,
 }
 
+# TF-Ranking 0.5.5's `RankingLossKey` strings that are not already keys of LOSSES.
+RANKING_LOSS_KEYS = {
+    "approx_ndcg_loss": ApproxNDCGLoss,
+    "list_mle_loss": ListMLELoss,
+}
 
-def get(name, **params):
-    """Returns the loss called `name` (a key of `LOSSES`), built with `params`."""
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; expected one of {sorted(LOSSES)}")
-    return LOSSES[name](**params)
+# TF-Ranking's `tf.keras.losses.Reduction` values, as ours.
+_REDUCTIONS = {"auto": "sum_over_batch_size", "sum_over_batch_size": "sum_over_batch_size"}
+
+
+def get(key, **params):
+    """Returns the loss called `key` (a key of `LOSSES` or a TF-Ranking `RankingLossKey` string
+    of `RANKING_LOSS_KEYS`), built with `params`; TF-Ranking's `reduction="auto"` is ours
+    `"sum_over_batch_size"`."""
+    found = LOSSES.get(key) or RANKING_LOSS_KEYS.get(key)
+    if found is None:
+        raise ValueError(f"unknown loss {key!r}; expected one of "
+                         f"{sorted(LOSSES) + sorted(RANKING_LOSS_KEYS)}")
+    if "reduction" in params:
+        params["reduction"] = _REDUCTIONS.get(params["reduction"], params["reduction"])
+    return found(**params)

@@ -11,7 +11,7 @@ from keras import ops
 from tfapprox import direct_ops
 from tfapprox import measures
 from tfapprox import ops as rank_ops
-from tfapprox.losses import base
+from tfapprox.losses import base, sampling
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
@@ -36,13 +36,20 @@ class ApproxNDCGLoss(base.RankingLoss):
             pass that recomputes each block: O(B·L·256) memory instead of O(B·L²). "auto" blocks
             lists longer than `tfapprox.pair_sums.BLOCKED_ABOVE` (1024), at run time if L is
             None.
+        temperature: TF-Ranking's name for 1/alpha (its default 0.1 is alpha 10); given, it
+            sets alpha.
+        lambda_weight: must be None (TF-Ranking takes and ignores it).
     A list contributes when it has a document with label > 0.
     """
 
     def __init__(self, alpha=10.0, topk=None, beta=10.0, pairwise="auto",
-                 reduction="sum_over_batch_size", name="approx_ndcg_loss", dtype=None):
+                 reduction="sum_over_batch_size", name="approx_ndcg_loss", dtype=None, *,
+                 temperature=None, lambda_weight=None):
         super().__init__(reduction=reduction, name=name, dtype=dtype)
-        self.alpha = base.check_positive("alpha", alpha)
+        if lambda_weight is not None:
+            raise ValueError(f"{type(self).__name__} takes no `lambda_weight` (TF-Ranking "
+                             f"ignores it); got {lambda_weight!r}")
+        self.alpha = base.slope(alpha, temperature)
         self.topk = base.check_cutoff("topk", topk)
         self.beta = base.check_positive("beta", beta)
         self.pairwise = base.check_pairwise(pairwise)
@@ -168,3 +175,115 @@ class SoftRankLoss(base.RankingLoss):
 
     def get_config(self):
         return {**super().get_config(), "sigma": self.sigma, "max_list_size": self.max_list_size}
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class ApproxMRRLoss(base.RankingLoss):
+    """−ApproxMRR as TF-Ranking defines it: the label-weighted mean of the smooth reciprocal
+    ranks,
+
+        loss = −Σ_x l_x / π̂(x) / Σ_x l_x,   π̂ as in `ApproxNDCGLoss` (Qin et al. eq. 20),
+
+    which for binary labels is the mean reciprocal smooth rank of the relevant documents (not the
+    reciprocal rank of the first one). `alpha` = 1/`temperature` (TF-Ranking's default 0.1 is
+    alpha 10); `pairwise` as in `ApproxNDCGLoss`. A list contributes when Σ l > 0.
+    """
+
+    def __init__(self, alpha=10.0, pairwise="auto", reduction="sum_over_batch_size",
+                 name="approx_mrr_loss", dtype=None, *, temperature=None, lambda_weight=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        if lambda_weight is not None:
+            raise ValueError(f"{type(self).__name__} takes no `lambda_weight` (TF-Ranking "
+                             f"ignores it); got {lambda_weight!r}")
+        self.alpha = base.slope(alpha, temperature)
+        self.pairwise = base.check_pairwise(pairwise)
+
+    def per_list(self, labels, mask, scores):
+        ranks = rank_ops.approx_ranks(scores, mask, self.alpha, self.pairwise)
+        weighted = ops.sum(ops.where(mask, labels / ranks, 0.0), axis=-1)
+        total = ops.sum(labels, axis=-1)
+        return -rank_ops.safe_divide(weighted, total), total > 0
+
+    def get_config(self):
+        return {**super().get_config(), "alpha": self.alpha, "pairwise": self.pairwise}
+
+
+class _GumbelSampled:
+    """Mixin: the loss's per-list value averaged over `sample_size` Gumbel samples of the scores
+    (`tfapprox.losses.sampling`; Bruch et al., WSDM 2020), each ln softmax((s + g)/τ), τ =
+    `gumbel_temperature`, g stateless noise hashed from the scores and `seed`."""
+
+    def _init_sampling(self, sample_size, gumbel_temperature, seed):
+        self.sample_size = base.check_cutoff("sample_size", sample_size, allow_none=False)
+        self.gumbel_temperature = base.check_positive("gumbel_temperature", gumbel_temperature)
+        self.seed = base.check_seed(seed, allow_none=True)
+
+    def per_list(self, labels, mask, scores):
+        sampled, sampled_mask = sampling.gumbel_log_softmax(
+            scores, mask, self.sample_size, self.gumbel_temperature, self.seed)
+        loss, has_loss = super().per_list(sampling.repeat_lists(labels, self.sample_size),
+                                          sampled_mask, sampled)
+        mean = ops.mean(ops.reshape(loss, (-1, self.sample_size)), axis=-1)
+        if has_loss is None:
+            return mean, None
+        return mean, ops.any(ops.reshape(has_loss, (-1, self.sample_size)), axis=-1)
+
+    def get_config(self):
+        return {**super().get_config(), "sample_size": self.sample_size,
+                "gumbel_temperature": self.gumbel_temperature, "seed": self.seed}
+
+
+_GUMBEL_ARGS = """
+    Sampling, as TF-Ranking's `GumbelSampler`: `sample_size` samples (default 8),
+    `gumbel_temperature` τ (default 1), `seed` (None is seed 0: the noise is a hash of the
+    scores, reproducible; TF-Ranking draws it from `tf.random`). TF-Ranking returns the B·S
+    sampled lists' losses, averaged by its reduction; ours averages each list's samples, so a
+    list weighs the same with sampling as without.
+"""
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class GumbelApproxNDCGLoss(_GumbelSampled, ApproxNDCGLoss):
+    __doc__ = ("""`ApproxNDCGLoss` over Gumbel samples of the scores (Bruch et al., WSDM 2020;
+    TF-Ranking's `GumbelApproxNDCGLoss`): E_g[−ApproxNDCG(ln softmax((s + g)/τ))], estimated
+    from the samples; `temperature` = 1/alpha as in `ApproxNDCGLoss`.
+""" + _GUMBEL_ARGS)
+
+    def __init__(self, alpha=10.0, topk=None, beta=10.0, pairwise="auto", sample_size=8,
+                 gumbel_temperature=1.0, seed=None, reduction="sum_over_batch_size",
+                 name="gumbel_approx_ndcg_loss", dtype=None, *, temperature=None,
+                 lambda_weight=None):
+        super().__init__(alpha=alpha, topk=topk, beta=beta, pairwise=pairwise,
+                         reduction=reduction, name=name, dtype=dtype, temperature=temperature,
+                         lambda_weight=lambda_weight)
+        self._init_sampling(sample_size, gumbel_temperature, seed)
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class GumbelApproxAPLoss(_GumbelSampled, ApproxAPLoss):
+    __doc__ = ("""`ApproxAPLoss` over Gumbel samples of the scores: E_g[−ApproxAP(ln softmax((s +
+    g)/τ))], estimated from the samples (Bruch et al.'s treatment, beyond TF-Ranking).
+""" + _GUMBEL_ARGS)
+
+    def __init__(self, alpha=10.0, beta=10.0, relevance_threshold=1.0, pairwise="auto",
+                 sample_size=8, gumbel_temperature=1.0, seed=None,
+                 reduction="sum_over_batch_size", name="gumbel_approx_ap_loss", dtype=None):
+        super().__init__(alpha=alpha, beta=beta, relevance_threshold=relevance_threshold,
+                         pairwise=pairwise, reduction=reduction, name=name, dtype=dtype)
+        self._init_sampling(sample_size, gumbel_temperature, seed)
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class GumbelApproxPrecisionLoss(_GumbelSampled, ApproxPrecisionLoss):
+    __doc__ = ("""`ApproxPrecisionLoss` over Gumbel samples of the scores: E_g[−Approx P@k(ln
+    softmax((s + g)/τ))], estimated from the samples (Bruch et al.'s treatment, beyond
+    TF-Ranking).
+""" + _GUMBEL_ARGS)
+
+    def __init__(self, k, alpha=10.0, beta=10.0, relevance_threshold=1.0, pairwise="auto",
+                 sample_size=8, gumbel_temperature=1.0, seed=None,
+                 reduction="sum_over_batch_size", name="gumbel_approx_precision_loss",
+                 dtype=None):
+        super().__init__(k=k, alpha=alpha, beta=beta, relevance_threshold=relevance_threshold,
+                         pairwise=pairwise, reduction=reduction, name=name, dtype=dtype)
+        self._init_sampling(sample_size, gumbel_temperature, seed)

@@ -7,6 +7,7 @@ algorithm*, ICML 2008. W. Chen et al., NIPS 2009.
 import keras
 from keras import ops
 
+from tfapprox import direct_ops
 from tfapprox import ops as rank_ops
 from tfapprox.losses import base, lambda_weights
 
@@ -24,21 +25,31 @@ class ListMLELoss(base.RankingLoss):
     in batches where a suffix would underflow it, from a rescaled scan (the pairs in short lists
     without XLA), so a list costs O(L log L) and score gaps of 1e4 stay finite. A list
     contributes when it has a document with label > 0.
+
+    TF-Ranking's arguments: `temperature` T divides the scores; `lambda_weight` (a
+    `ListMLELambdaWeight`) weighs the term of position s by D(s) (position-aware ListMLE, Lan et
+    al. 2014). TF-Ranking gives each of a list's P padded slots a term too, adding ln P! to its
+    value (so it changes with padding); ours has none.
     """
 
     def __init__(self, seed=0, reduction="sum_over_batch_size", name="listmle_loss",
-                 dtype=None):
+                 dtype=None, *, lambda_weight=None, temperature=1.0):
         super().__init__(reduction=reduction, name=name, dtype=dtype)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"`seed` must be an int; got {seed!r}")
-        self.seed = seed
+        self.seed = base.check_seed(seed)
+        self.lambda_weight = lambda_weights.deserialize(lambda_weight, "position",
+                                                        type(self).__name__)
+        self.temperature = base.check_positive("temperature", temperature)
 
     def position_weights(self, labels, positions):
         """Returns the weight of each position's term and the list normaliser, inputs in y order;
-        `(None, None)`: every term weighs 1 and nothing divides (fewer ops than ones)."""
-        return None, None
+        a normaliser None divides nothing, and weights None weigh every term 1 (fewer ops than
+        ones)."""
+        if self.lambda_weight is None:
+            return None, None
+        return self.lambda_weight.position_weights(positions), None
 
     def per_list(self, labels, mask, scores):
+        scores = scores / self.temperature
         keys = rank_ops.tie_breaking_keys(scores, self.seed)
         order = rank_ops.plackett_luce_order(labels, mask, keys)
         placed_labels, placed_scores = (
@@ -51,10 +62,14 @@ class ListMLELoss(base.RankingLoss):
         weights, normaliser = self.position_weights(placed_labels, positions)
         if weights is None:
             return ops.sum(terms, axis=-1), None
+        if normaliser is None:
+            return ops.sum(terms * weights, axis=-1), None
         return rank_ops.safe_divide(ops.sum(terms * weights, axis=-1), normaliser), None
 
     def get_config(self):
-        return {**super().get_config(), "seed": self.seed}
+        return {**super().get_config(), "seed": self.seed,
+                "lambda_weight": lambda_weights.serialize(self.lambda_weight),
+                "temperature": self.temperature}
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
@@ -77,4 +92,92 @@ class WeightedListMLELoss(ListMLELoss):
         return lambda_weights.chen_weights(labels, positions, self.topk)
 
     def get_config(self):
-        return {**super().get_config(), "topk": self.topk}
+        config = {**super().get_config(), "topk": self.topk}
+        del config["lambda_weight"], config["temperature"]  # Chen's weights, on the raw scores
+        return config
+
+
+def _log_softmax(scores, mask):
+    """Returns ln softmax(s)_i over the real documents of each list (0 on padded slots): s_i
+    minus the list's log-sum-exp, taken from its largest real score so nothing overflows."""
+    top = ops.max(ops.where(mask, scores, float("-inf")), axis=-1, keepdims=True,
+                  initial=float("-inf"))
+    top = ops.stop_gradient(ops.where(ops.isfinite(top), top, 0.0))
+    shifted = ops.where(mask, scores - top, 0.0)
+    total = ops.sum(ops.where(mask, ops.exp(shifted), 0.0), axis=-1, keepdims=True)
+    return ops.where(mask, shifted - ops.log(ops.where(total > 0, total, 1.0)), 0.0)
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class SoftmaxLoss(base.RankingLoss):
+    """Listwise softmax cross-entropy (Cao et al., ICML 2007, ListNet's top-one form; TF-Ranking's
+    `SoftmaxLoss`, the loss of DASALC, Qin et al. ICLR 2021):
+
+        loss = −Σ_i p_i · ln( e^{s_i/T} / Σ_{j real} e^{s_j/T} ),   p_i = w_i / Σ_j w_j,
+
+    with w the labels, or with `lambda_weight` (a DCG-family weight of
+    `tfapprox.losses.lambda_weights`) its document weights G(l_i)·D(r_i) at the current ranks
+    (Wang et al. 2018's softmax LambdaLoss), and T = `temperature`. A list contributes when
+    Σ w > 0. Where TF-Ranking differs: its reduction weighs each list by Σ w (the labels' sum),
+    ours by 1 (or `sample_weight`); it gives padded slots the logit ln 1e-10 instead of leaving
+    them out; and it ignores `NDCGLambdaWeightV2` and `YetiDCGLambdaWeight`, which we apply.
+    """
+
+    def __init__(self, lambda_weight=None, temperature=1.0, reduction="sum_over_batch_size",
+                 name="softmax_loss", dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.lambda_weight = lambda_weights.deserialize(lambda_weight, "individual",
+                                                        type(self).__name__)
+        self.temperature = base.check_positive("temperature", temperature)
+
+    def label_weights(self, labels, mask, scores):
+        """Returns w `[B, L]`: the labels, or the lambda weight's document weights."""
+        if self.lambda_weight is None:
+            return labels
+        ranks = lambda_weights.current_ranks(scores, mask)
+        return self.lambda_weight.individual_weights(labels, mask, ranks)
+
+    def per_list(self, labels, mask, scores):
+        scores = scores / self.temperature
+        weights = ops.where(mask, self.label_weights(labels, mask, scores), 0.0)
+        total = ops.sum(weights, axis=-1)
+        cross_entropy = -ops.sum(weights * _log_softmax(scores, mask), axis=-1)
+        return rank_ops.safe_divide(cross_entropy, total), total > 0
+
+    def get_config(self):
+        return {**super().get_config(),
+                "lambda_weight": lambda_weights.serialize(self.lambda_weight),
+                "temperature": self.temperature}
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class UniqueSoftmaxLoss(base.RankingLoss):
+    """Unique-rating softmax (Zhu & Klabjan, *Listwise learning to rank by exploring unique
+    ratings*, WSDM 2020; TF-Ranking's `UniqueSoftmaxLoss`): each document against only those with
+    a lower label,
+
+        loss = −Σ_i G(l_i) · ln( e^{s_i/T} / (e^{s_i/T} + Σ_{j real: l_j < l_i} e^{s_j/T}) ),
+
+    G(l) = 2^l − 1, T = `temperature`. O(L²) per list. A list contributes when it has a pair with
+    different labels.
+    """
+
+    def __init__(self, temperature=1.0, reduction="sum_over_batch_size",
+                 name="unique_softmax_loss", dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.temperature = base.check_positive("temperature", temperature)
+
+    def per_list(self, labels, mask, scores):
+        scores = scores / self.temperature
+        below = ops.logical_and(direct_ops.real_pairs(mask),
+                                direct_ops.pair_differences(labels) > 0)  # [b, i, j]: l_j < l_i
+        # row i: s_j − s_i over j below i and 0 for i itself, so the row's top is ≥ 0
+        gaps = ops.where(below, -direct_ops.pair_differences(scores), float("-inf"))
+        top = ops.stop_gradient(ops.maximum(ops.max(gaps, axis=-1, initial=float("-inf")), 0.0))
+        total = ops.exp(-top) + ops.sum(
+            ops.exp(gaps - ops.expand_dims(top, -1)), axis=-1)
+        terms = ops.where(mask, top + ops.log(total), 0.0)
+        return ops.sum(rank_ops.gains(labels) * terms, axis=-1), None
+
+    def get_config(self):
+        return {**super().get_config(), "temperature": self.temperature}

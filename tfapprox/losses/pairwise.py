@@ -101,3 +101,130 @@ class LambdaRankLoss(base.RankingLoss):
 
     def get_config(self):
         return {**super().get_config(), "topk": self.topk}
+
+
+def _check_temperature(temperature):
+    return base.check_positive("temperature", temperature)
+
+
+class PairwiseLoss(base.RankingLoss):
+    """The pairwise skeleton (TF-Ranking's `_PairwiseLoss`, Rax's `pairwise_loss`): one pair
+    function f of the score difference over the pairs a label order defines, times optional
+    lambda weights,
+
+        loss = Σ_{i, j real: l_i > l_j} λ_ij · f((s_i − s_j)/T),
+
+    λ from `lambda_weight` (`tfapprox.losses.lambda_weights`; 1 without one) over the ranks of the
+    current scores, T = `temperature`. A subclass gives f as `pair_loss`. Per list this is the sum
+    over the list of TF-Ranking's unreduced [B, L] loss (whose default reduction divides the
+    batch's total by B·L; ours averages the lists that have a pair); TF-Ranking's DCG-family
+    weights are scaled by the padded list size, ours by the real documents'. Per-document
+    `sample_weight`s are not taken: one weight per list. A list contributes when it has a pair
+    with different labels.
+    """
+
+    default_name = None  # the subclass's snake-case name, TF-Ranking's key
+
+    def __init__(self, lambda_weight=None, temperature=1.0, reduction="sum_over_batch_size",
+                 name=None, dtype=None):
+        super().__init__(reduction=reduction, name=name or self.default_name, dtype=dtype)
+        self.lambda_weight = lambda_weights.deserialize(lambda_weight, "pair",
+                                                        type(self).__name__)
+        self.temperature = _check_temperature(temperature)
+
+    @staticmethod
+    def pair_loss(differences):
+        """Returns f(d) of each pair's scaled score difference d = (s_i − s_j)/T."""
+        raise NotImplementedError
+
+    def pair_losses(self, labels, scores):
+        """Returns f((s_i − s_j)/T), `[B, L, L]`; PairwiseMSELoss also reads the labels."""
+        return self.pair_loss(direct_ops.pair_differences(scores))
+
+    def ordered_pairs(self, labels, mask):
+        """Returns 1 on the pairs the loss sums over (l_i > l_j, both real), else 0, `[B, L, L]`."""
+        higher = direct_ops.pair_differences(labels) > 0
+        return ops.cast(ops.logical_and(direct_ops.real_pairs(mask), higher),
+                        rank_ops.COMPUTE_DTYPE)
+
+    def per_list(self, labels, mask, scores):
+        scores = scores / self.temperature
+        weights = self.ordered_pairs(labels, mask)
+        if self.lambda_weight is not None:
+            ranks = lambda_weights.current_ranks(scores, mask)
+            weights = weights * self.lambda_weight.pair_weights(labels, mask, ranks)
+        losses = self.pair_losses(labels, scores)
+        return ops.sum(ops.where(weights > 0, weights * losses, 0.0), axis=(1, 2)), None
+
+    def get_config(self):
+        return {**super().get_config(),
+                "lambda_weight": lambda_weights.serialize(self.lambda_weight),
+                "temperature": self.temperature}
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class PairwiseLogisticLoss(PairwiseLoss):
+    """Pairwise logistic loss (TF-Ranking's name for RankNet, Burges et al. 2005):
+    f(d) = ln(1 + e^{−d}) in `PairwiseLoss`. Without a lambda weight it is `RankNetLoss` of the
+    scores over T, and its pairs are summed as RankNet's are (`pairwise`, dense or blocked).
+    """
+
+    def __init__(self, lambda_weight=None, temperature=1.0, pairwise="auto",
+                 reduction="sum_over_batch_size", name="pairwise_logistic_loss", dtype=None):
+        super().__init__(lambda_weight=lambda_weight, temperature=temperature,
+                         reduction=reduction, name=name, dtype=dtype)
+        self.pairwise = base.check_pairwise(pairwise)
+
+    @staticmethod
+    def pair_loss(differences):
+        return ops.softplus(-differences)
+
+    def per_list(self, labels, mask, scores):
+        if self.lambda_weight is not None:
+            return super().per_list(labels, mask, scores)
+        as_upper = pair_sums.logistic_pair_sums(scores / self.temperature, labels, mask,
+                                                self.pairwise)
+        return ops.sum(as_upper, axis=-1), None
+
+    def get_config(self):
+        return {**super().get_config(), "pairwise": self.pairwise}
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class PairwiseHingeLoss(PairwiseLoss):
+    """Pairwise hinge loss (RankSVM, Herbrich et al. 2000; Joachims 2002):
+    f(d) = max(0, 1 − d) in `PairwiseLoss`."""
+
+    default_name = "pairwise_hinge_loss"
+
+    @staticmethod
+    def pair_loss(differences):
+        return ops.relu(1.0 - differences)
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class PairwiseSoftZeroOneLoss(PairwiseLoss):
+    """Pairwise soft 0-1 loss: f(d) = 1 − σ(d) = σ(−d) in `PairwiseLoss`, a smooth count of the
+    misordered pairs."""
+
+    default_name = "pairwise_soft_zero_one_loss"
+
+    @staticmethod
+    def pair_loss(differences):
+        return ops.sigmoid(-differences)
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class PairwiseMSELoss(PairwiseLoss):
+    """Pairwise squared error: loss = Σ_{i ≠ j real} λ_ij·((s_i − s_j)/T − (l_i − l_j))², over
+    every ordered pair of real documents, equal labels included (so both (i, j) and (j, i)),
+    as TF-Ranking's `PairwiseMSELoss`."""
+
+    default_name = "pairwise_mse_loss"
+
+    def pair_losses(self, labels, scores):
+        return ops.square(direct_ops.pair_differences(scores)
+                          - direct_ops.pair_differences(labels))
+
+    def ordered_pairs(self, labels, mask):
+        return ops.cast(direct_ops.real_pairs(mask), rank_ops.COMPUTE_DTYPE)

@@ -10,6 +10,7 @@ from conftest import (COMPILE_MODES, REQUIRED_ARGS, loss_and_grad, random_batch,
                       to_numpy)
 from tfapprox import losses
 from tfapprox import pair_sums
+from tfapprox.losses import sampling
 
 ALL_LOSSES = [
     losses.ApproxNDCGLoss(),
@@ -44,6 +45,8 @@ ALL_LOSSES = [
     losses.GumbelApproxAPLoss(sample_size=3, seed=5),
     losses.GumbelApproxPrecisionLoss(k=3),
     losses.ListMLELoss(lambda_weight=losses.ListMLELambdaWeight(), temperature=2.0),
+    losses.CalibratedSoftmaxLoss(virtual_label=1.0),
+    losses.YetiLogisticLoss(sample_size=2),
 ]
 IDS = [f"{type(l).__name__}-{i}" for i, l in enumerate(ALL_LOSSES)]
 
@@ -215,6 +218,20 @@ def test_lists_without_a_loss_do_not_dilute_the_mean(loss, rng):
     mean = float(to_numpy(loss(labels, scores)))
     assert math.isclose(float(to_numpy(loss(empty_labels, more_scores))), mean, rel_tol=1e-6)
     assert math.isclose(mean, float(np.mean(per_list(loss, labels, scores))), rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("cls", [losses.GumbelApproxNDCGLoss, losses.YetiLogisticLoss])
+def test_gumbel_samples_are_reproducible_for_a_seed_and_differ_between_seeds(cls, rng):
+    """The noise is hashed from the scores and the seed (`tfapprox.losses.sampling`): one seed,
+    one value; another seed or other scores, other samples. (Their expectation is TF-Ranking's:
+    tests/test_parity_tfranking.py.)"""
+    labels, scores = random_batch(rng, batch=4, list_size=8, pad_fraction=0.0)
+    labels[:, 0], labels[:, 1] = 3.0, 0.0
+    value = per_list(cls(seed=1, reduction=None), labels, scores)
+    np.testing.assert_array_equal(per_list(cls(seed=1, reduction=None), labels, scores), value)
+    assert not np.allclose(per_list(cls(seed=2, reduction=None), labels, scores), value)
+    uniforms = to_numpy(sampling.uniforms(scores, 64, 1))
+    assert 0.0 < uniforms.min() and uniforms.max() < 1.0 and abs(uniforms.mean() - 0.5) < 0.02
 
 
 def test_reductions_and_list_weights(rng):

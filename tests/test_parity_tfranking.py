@@ -263,6 +263,9 @@ LOSS_CASES = [  # name, kind, class, kwargs, lambda weight, its kwargs, conventi
      "NDCGLambdaWeight", {"topn": 5}, None),
     ("softmax_dcg", "softmax", "SoftmaxLoss", {}, "DCGLambdaWeight", {"smooth_fraction": 0.3},
      None),
+    ("calibrated_softmax", "calibrated", "CalibratedSoftmaxLoss", {}, None, {}, None),
+    ("calibrated_softmax_v1_ndcg", "calibrated", "CalibratedSoftmaxLoss", {"virtual_label": 1.0},
+     "NDCGLambdaWeight", {}, None),
     ("unique_softmax", "listwise", "UniqueSoftmaxLoss", {}, None, {}, None),
     ("unique_softmax_t2", "listwise", "UniqueSoftmaxLoss", {"temperature": 2.0}, None, {}, None),
     ("hinge", "pairwise", "PairwiseHingeLoss", {}, None, {}, None),
@@ -290,7 +293,13 @@ LOSS_CASES = [  # name, kind, class, kwargs, lambda weight, its kwargs, conventi
      {"rank_discount_fn": LOG2}, "listmle"),
 ]
 GUMBEL_SAMPLES = 2000
-GUMBEL_CASES = [("default", {}), ("t05_g05", {"temperature": 0.5, "gumbel_temperature": 0.5})]
+GUMBEL_CASES = [  # name, class, kwargs
+    ("approx_ndcg", "GumbelApproxNDCGLoss", {}),
+    ("approx_ndcg_t05_g05", "GumbelApproxNDCGLoss", {"temperature": 0.5,
+                                                     "gumbel_temperature": 0.5}),
+    ("yeti", "YetiLogisticLoss", {}),
+    ("yeti_t05_g2", "YetiLogisticLoss", {"temperature": 0.5, "gumbel_temperature": 2.0}),
+]
 
 
 def _padded(arrays, width, fill):
@@ -311,8 +320,8 @@ def loss_case_inputs(batches, rng):
         "loss_distinct_labels": _padded([batches[f"distinct_labels_{i}"] for i in chosen],
                                         width, -1.0),
         "loss_scores": _padded([batches[f"scores_{i}"] for i in chosen], width, 0.0),
-        "gumbel_cases": np.array(json.dumps([[name, {**kwargs, "sample_size": GUMBEL_SAMPLES}]
-                                             for name, kwargs in GUMBEL_CASES])),
+        "gumbel_cases": np.array(json.dumps([[name, cls, {**kwargs, "sample_size": GUMBEL_SAMPLES}]
+                                             for name, cls, kwargs in GUMBEL_CASES])),
         "gumbel_labels": gumbel_labels,
         "gumbel_scores": rng.normal(size=(8, 10)).astype(np.float32),
     }
@@ -369,13 +378,12 @@ def test_loss_per_list_value_and_gradient(batches, reference, case):
 
 
 @pytest.mark.parametrize("case", GUMBEL_CASES, ids=[case[0] for case in GUMBEL_CASES])
-def test_gumbel_approx_ndcg_has_tfrankings_expectation(batches, reference, case):
+def test_gumbel_sampled_loss_has_tfrankings_expectation(batches, reference, case):
     """Both average GUMBEL_SAMPLES samples per list (TF-Ranking's from tf.random, ours hashed):
     the two means agree within 5 standard errors of their difference."""
-    name, kwargs = case
+    name, cls, kwargs = case
     theirs = reference[f"gumbel_{name}"]
-    loss = losses.GumbelApproxNDCGLoss(sample_size=GUMBEL_SAMPLES, seed=3, reduction=None,
-                                       **kwargs)
+    loss = getattr(losses, cls)(sample_size=GUMBEL_SAMPLES, seed=3, reduction=None, **kwargs)
     ours = per_list_loss(loss, batches["gumbel_labels"], batches["gumbel_scores"])
     error = 5 * math.sqrt(2) * theirs.std(axis=1) / math.sqrt(GUMBEL_SAMPLES)
     assert np.all(np.abs(ours - theirs.mean(axis=1)) <= error + 1e-4), (ours, theirs.mean(1))

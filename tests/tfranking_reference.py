@@ -34,10 +34,11 @@ lambda_weight kwargs]`, a string kwarg `"fn:NAME"` naming `tfr.keras.utils.NAME`
 their sum with respect to the scores. What a per-list value is depends on `kind`: "pairwise" and
 "pointwise" sum the unreduced [B, L] loss over the list ("pointwise" then divides by the real
 documents), "listwise" takes the unreduced [B, 1], and "softmax" `_loss.compute_per_list` (its
-cross-entropy before its reduction weighs the list by its labels' sum). ListMLE cases use
-`loss_distinct_labels`. With `gumbel_cases` (a JSON list of `[name, kwargs]` for
-`GumbelApproxNDCGLoss`) and `gumbel_labels`, `gumbel_scores`, it writes `gumbel_{name}` [B, S],
-each list's S sampled losses.
+cross-entropy before its reduction weighs the list by its labels' sum), "calibrated" the same
+after appending the virtual document as `CalibratedSoftmaxLoss.__call__` does. ListMLE cases use
+`loss_distinct_labels`. With `gumbel_cases` (a JSON list of `[name, class, kwargs]`, kwargs with
+`sample_size` S) and `gumbel_labels`, `gumbel_scores`, it writes `gumbel_{name}` [B, S], each
+list's S sampled losses (the unreduced loss summed over the list).
 """
 
 import json
@@ -122,6 +123,11 @@ def _build(cls, kwargs, weight_cls, weight_kwargs):
 
 
 def _per_list(loss, kind, labels, scores):
+    if kind == "calibrated":  # what its __call__ does before SoftmaxLoss's
+        column = tf.ones_like(labels[:, :1])
+        labels = tf.concat([labels, loss._virtual_label * column], axis=1)
+        scores = tf.concat([scores, 0.0 * column], axis=1)
+        kind = "softmax"
     if kind == "softmax":
         return loss._loss.compute_per_list(labels, scores, None)[0]
     values = loss(labels, scores)
@@ -147,9 +153,9 @@ def loss_case_values(inputs):
         out[f"case_{name}_grad"] = tape.gradient(total, scores).numpy()
     labels = tf.constant(inputs["gumbel_labels"], tf.float32)
     scores = tf.constant(inputs["gumbel_scores"], tf.float32)
-    for name, kwargs in json.loads(str(inputs["gumbel_cases"])):
-        loss = tfr.keras.losses.GumbelApproxNDCGLoss(reduction=NONE, **kwargs)
-        out[f"gumbel_{name}"] = np.reshape(loss(labels, scores).numpy(),
+    for name, cls, kwargs in json.loads(str(inputs["gumbel_cases"])):
+        values = getattr(tfr.keras.losses, cls)(reduction=NONE, **kwargs)(labels, scores)
+        out[f"gumbel_{name}"] = np.reshape(tf.reduce_sum(values, axis=1).numpy(),
                                            (labels.shape[0], kwargs["sample_size"]))
     return out
 

@@ -18,11 +18,11 @@ from tfapprox.losses.lambda_weights import (DCGLambdaWeight, LabelDiffLambdaWeig
                                             ListMLELambdaWeight, NDCGLambdaWeight,
                                             NDCGLambdaWeightV2, PrecisionLambdaWeight,
                                             YetiDCGLambdaWeight)
-from tfapprox.losses.listwise import (ListMLELoss, SoftmaxLoss, UniqueSoftmaxLoss,
-                                      WeightedListMLELoss)
+from tfapprox.losses.listwise import (CalibratedSoftmaxLoss, ListMLELoss, SoftmaxLoss,
+                                      UniqueSoftmaxLoss, WeightedListMLELoss)
 from tfapprox.losses.pairwise import (LambdaRankLoss, PairwiseHingeLoss, PairwiseLogisticLoss,
                                       PairwiseMSELoss, PairwiseSoftZeroOneLoss, RankNetLoss,
-                                      WeightedRankNetLoss)
+                                      WeightedRankNetLoss, YetiLogisticLoss)
 from tfapprox.losses.pointwise import MeanSquaredLoss, SigmoidCrossEntropyLoss
 from tfapprox.losses.structural import PermuRankLoss, SVMMapLoss
 
@@ -40,11 +40,13 @@ LOSSES = {
     "svm_map": SVMMapLoss,
     "permurank": PermuRankLoss,
     "softmax_loss": SoftmaxLoss,
+    "calibrated_softmax_loss": CalibratedSoftmaxLoss,
     "unique_softmax_loss": UniqueSoftmaxLoss,
     "pairwise_logistic_loss": PairwiseLogisticLoss,
     "pairwise_hinge_loss": PairwiseHingeLoss,
     "pairwise_soft_zero_one_loss": PairwiseSoftZeroOneLoss,
     "pairwise_mse_loss": PairwiseMSELoss,
+    "yeti_logistic_loss": YetiLogisticLoss,
     "sigmoid_cross_entropy_loss": SigmoidCrossEntropyLoss,
     "mean_squared_loss": MeanSquaredLoss,
     "approx_mrr_loss": ApproxMRRLoss,

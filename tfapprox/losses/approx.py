@@ -208,46 +208,14 @@ class ApproxMRRLoss(base.RankingLoss):
         return {**super().get_config(), "alpha": self.alpha, "pairwise": self.pairwise}
 
 
-class _GumbelSampled:
-    """Mixin: the loss's per-list value averaged over `sample_size` Gumbel samples of the scores
-    (`tfapprox.losses.sampling`; Bruch et al., WSDM 2020), each ln softmax((s + g)/τ), τ =
-    `gumbel_temperature`, g stateless noise hashed from the scores and `seed`."""
-
-    def _init_sampling(self, sample_size, gumbel_temperature, seed):
-        self.sample_size = base.check_cutoff("sample_size", sample_size, allow_none=False)
-        self.gumbel_temperature = base.check_positive("gumbel_temperature", gumbel_temperature)
-        self.seed = base.check_seed(seed, allow_none=True)
-
-    def per_list(self, labels, mask, scores):
-        sampled, sampled_mask = sampling.gumbel_log_softmax(
-            scores, mask, self.sample_size, self.gumbel_temperature, self.seed)
-        loss, has_loss = super().per_list(sampling.repeat_lists(labels, self.sample_size),
-                                          sampled_mask, sampled)
-        mean = ops.mean(ops.reshape(loss, (-1, self.sample_size)), axis=-1)
-        if has_loss is None:
-            return mean, None
-        return mean, ops.any(ops.reshape(has_loss, (-1, self.sample_size)), axis=-1)
-
-    def get_config(self):
-        return {**super().get_config(), "sample_size": self.sample_size,
-                "gumbel_temperature": self.gumbel_temperature, "seed": self.seed}
-
-
-_GUMBEL_ARGS = """
-    Sampling, as TF-Ranking's `GumbelSampler`: `sample_size` samples (default 8),
-    `gumbel_temperature` τ (default 1), `seed` (None is seed 0: the noise is a hash of the
-    scores, reproducible; TF-Ranking draws it from `tf.random`). TF-Ranking returns the B·S
-    sampled lists' losses, averaged by its reduction; ours averages each list's samples, so a
-    list weighs the same with sampling as without.
-"""
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
-class GumbelApproxNDCGLoss(_GumbelSampled, ApproxNDCGLoss):
+class GumbelApproxNDCGLoss(sampling.GumbelSampled, ApproxNDCGLoss):
     __doc__ = ("""`ApproxNDCGLoss` over Gumbel samples of the scores (Bruch et al., WSDM 2020;
     TF-Ranking's `GumbelApproxNDCGLoss`): E_g[−ApproxNDCG(ln softmax((s + g)/τ))], estimated
     from the samples; `temperature` = 1/alpha as in `ApproxNDCGLoss`.
-""" + _GUMBEL_ARGS)
+""" + sampling.ARGUMENTS)
 
     def __init__(self, alpha=10.0, topk=None, beta=10.0, pairwise="auto", sample_size=8,
                  gumbel_temperature=1.0, seed=None, reduction="sum_over_batch_size",
@@ -260,10 +228,10 @@ class GumbelApproxNDCGLoss(_GumbelSampled, ApproxNDCGLoss):
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
-class GumbelApproxAPLoss(_GumbelSampled, ApproxAPLoss):
+class GumbelApproxAPLoss(sampling.GumbelSampled, ApproxAPLoss):
     __doc__ = ("""`ApproxAPLoss` over Gumbel samples of the scores: E_g[−ApproxAP(ln softmax((s +
     g)/τ))], estimated from the samples (Bruch et al.'s treatment, beyond TF-Ranking).
-""" + _GUMBEL_ARGS)
+""" + sampling.ARGUMENTS)
 
     def __init__(self, alpha=10.0, beta=10.0, relevance_threshold=1.0, pairwise="auto",
                  sample_size=8, gumbel_temperature=1.0, seed=None,
@@ -274,11 +242,11 @@ class GumbelApproxAPLoss(_GumbelSampled, ApproxAPLoss):
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
-class GumbelApproxPrecisionLoss(_GumbelSampled, ApproxPrecisionLoss):
+class GumbelApproxPrecisionLoss(sampling.GumbelSampled, ApproxPrecisionLoss):
     __doc__ = ("""`ApproxPrecisionLoss` over Gumbel samples of the scores: E_g[−Approx P@k(ln
     softmax((s + g)/τ))], estimated from the samples (Bruch et al.'s treatment, beyond
     TF-Ranking).
-""" + _GUMBEL_ARGS)
+""" + sampling.ARGUMENTS)
 
     def __init__(self, k, alpha=10.0, beta=10.0, relevance_threshold=1.0, pairwise="auto",
                  sample_size=8, gumbel_temperature=1.0, seed=None,

@@ -181,3 +181,33 @@ class UniqueSoftmaxLoss(base.RankingLoss):
 
     def get_config(self):
         return {**super().get_config(), "temperature": self.temperature}
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class CalibratedSoftmaxLoss(SoftmaxLoss):
+    """Calibrated softmax (Yan, Qin, Zhuang, Jagerman, Wang, Bendersky & Najork, *Scale
+    calibration of deep ranking models*, KDD 2022; TF-Ranking's `CalibratedSoftmaxLoss`):
+    `SoftmaxLoss` over each list plus one virtual document of score 0 and label y₀ =
+    `virtual_label`,
+
+        loss = −Σ_i p_i·ln(e^{s_i/T} / (1 + Σ_j e^{s_j/T})) − p₀·ln(1 / (1 + Σ_j e^{s_j/T})),
+
+    p = (w, y₀)/(Σ w + y₀), which anchors the scores' scale at 0. A list whose real labels are
+    all equal has no loss here either (`tfapprox.losses.base`), though the virtual document
+    would give it one in TF-Ranking.
+    """
+
+    def __init__(self, lambda_weight=None, temperature=1.0, virtual_label=0.0,
+                 reduction="sum_over_batch_size", name="calibrated_softmax_loss", dtype=None):
+        super().__init__(lambda_weight=lambda_weight, temperature=temperature,
+                         reduction=reduction, name=name, dtype=dtype)
+        self.virtual_label = base.check_nonnegative("virtual_label", virtual_label)
+
+    def per_list(self, labels, mask, scores):
+        column = ops.ones_like(labels[:, :1])
+        return super().per_list(ops.concatenate([labels, self.virtual_label * column], axis=1),
+                                ops.concatenate([mask, ops.cast(column, "bool")], axis=1),
+                                ops.concatenate([scores, 0.0 * column], axis=1))
+
+    def get_config(self):
+        return {**super().get_config(), "virtual_label": self.virtual_label}

@@ -11,7 +11,7 @@ from keras import ops
 from tfapprox import direct_ops
 from tfapprox import ops as rank_ops
 from tfapprox import pair_sums
-from tfapprox.losses import base, lambda_weights
+from tfapprox.losses import base, lambda_weights, sampling
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
@@ -228,3 +228,29 @@ class PairwiseMSELoss(PairwiseLoss):
 
     def ordered_pairs(self, labels, mask):
         return ops.cast(direct_ops.real_pairs(mask), rank_ops.COMPUTE_DTYPE)
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class YetiLogisticLoss(sampling.GumbelSampled, PairwiseLogisticLoss):
+    __doc__ = ("""YetiRank's loss for neural rankers (Lyzhin, Ustimenko, Gulin & Prokhorenkova,
+    *Which tricks are important for learning to rank?*, 2022; TF-Ranking's `YetiLogisticLoss`):
+    `PairwiseLogisticLoss` over Gumbel samples of the scores, weighted by
+    `YetiDCGLambdaWeight` (the default `lambda_weight`), which keeps the pairs neighbouring in
+    each sampled ranking:
+
+        loss = E_g[ Σ_{i, j: l_i > l_j, |r^g_i − r^g_j| = 1} λ_ij·ln(1 + e^{−(s^g_i − s^g_j)/T}) ],
+
+    s^g = ln softmax((s + g)/τ), r^g its ranks, estimated from the samples.
+""" + sampling.ARGUMENTS)
+
+    def __init__(self, lambda_weight=None, temperature=1.0, sample_size=8,
+                 gumbel_temperature=1.0, seed=None, reduction="sum_over_batch_size",
+                 name="yeti_logistic_loss", dtype=None):
+        super().__init__(lambda_weight=lambda_weight or lambda_weights.YetiDCGLambdaWeight(),
+                         temperature=temperature, reduction=reduction, name=name, dtype=dtype)
+        self._init_sampling(sample_size, gumbel_temperature, seed)
+
+    def get_config(self):
+        config = super().get_config()
+        del config["pairwise"]  # weighted pairs are dense
+        return config

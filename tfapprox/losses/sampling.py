@@ -12,6 +12,7 @@ from `tf.random.uniform`, so its samples and ours differ; their distributions ar
 from keras import ops
 
 from tfapprox import ops as rank_ops
+from tfapprox.losses import base
 
 _GOLDEN = -1640531535  # 0x9E3779B1
 _MIX_1 = -2048144789  # 0x85EBCA6B, MurmurHash3's finaliser
@@ -65,3 +66,38 @@ def repeat_lists(values, sample_size):
     """Returns `[B, L]` values with each list repeated `sample_size` times, `[B·S, L]`."""
     return ops.reshape(ops.repeat(ops.expand_dims(values, 1), sample_size, axis=1),
                        (ops.shape(values)[0] * sample_size, ops.shape(values)[1]))
+
+
+ARGUMENTS = """
+    Sampling, as TF-Ranking's `GumbelSampler`: `sample_size` samples (default 8),
+    `gumbel_temperature` τ (default 1), `seed` (None is seed 0: the noise is a hash of the
+    scores, reproducible; TF-Ranking draws it from `tf.random`). TF-Ranking returns the B·S
+    sampled lists' losses, averaged by its reduction; ours averages each list's samples, so a
+    list weighs the same with sampling as without.
+"""
+
+
+class GumbelSampled:
+    """Mixin: the loss's per-list value averaged over `sample_size` Gumbel samples of the scores
+    (`tfapprox.losses.sampling`; Bruch et al., WSDM 2020), each ln softmax((s + g)/τ), τ =
+    `gumbel_temperature`, g stateless noise hashed from the scores and `seed` (`uniforms`). It
+    comes first among the bases of a loss class, whose `__init__` calls `_init_sampling`."""
+
+    def _init_sampling(self, sample_size, gumbel_temperature, seed):
+        self.sample_size = base.check_cutoff("sample_size", sample_size, allow_none=False)
+        self.gumbel_temperature = base.check_positive("gumbel_temperature", gumbel_temperature)
+        self.seed = base.check_seed(seed, allow_none=True)
+
+    def per_list(self, labels, mask, scores):
+        sampled, sampled_mask = gumbel_log_softmax(
+            scores, mask, self.sample_size, self.gumbel_temperature, self.seed)
+        loss, has_loss = super().per_list(repeat_lists(labels, self.sample_size),
+                                          sampled_mask, sampled)
+        mean = ops.mean(ops.reshape(loss, (-1, self.sample_size)), axis=-1)
+        if has_loss is None:
+            return mean, None
+        return mean, ops.any(ops.reshape(has_loss, (-1, self.sample_size)), axis=-1)
+
+    def get_config(self):
+        return {**super().get_config(), "sample_size": self.sample_size,
+                "gumbel_temperature": self.gumbel_temperature, "seed": self.seed}

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import (COMPILE_MODES, REQUIRED_ARGS, loss_and_grad, random_batch, registered,
+from conftest import (COMPILE_MODES, REPO, REQUIRED_ARGS, loss_and_grad, random_batch, registered,
                       to_numpy)
 from tfapprox import losses
 from tfapprox import pair_sums
@@ -304,6 +304,55 @@ def test_config_round_trip_and_keras_lookup(loss, rng):
 def test_get_builds_each_loss_by_name():
     for name, cls in losses.LOSSES.items():
         assert type(losses.get(name, **REQUIRED_ARGS.get(cls.__name__, {}))) is cls
+
+
+# TF-Ranking 0.5.5's public Keras loss and lambda-weight classes (tfr.keras.losses), and its
+# RankingLossKey strings.
+TFRANKING_LOSS_CLASSES = [
+    "PairwiseHingeLoss", "PairwiseLogisticLoss", "PairwiseSoftZeroOneLoss", "PairwiseMSELoss",
+    "YetiLogisticLoss", "SoftmaxLoss", "CalibratedSoftmaxLoss", "UniqueSoftmaxLoss", "ListMLELoss",
+    "ApproxMRRLoss", "ApproxNDCGLoss", "GumbelApproxNDCGLoss", "ClickEMLoss", "MixtureEMLoss",
+    "SigmoidCrossEntropyLoss", "MeanSquaredLoss", "OrdinalLoss", "CoupledRankDistilLoss"]
+TFRANKING_LAMBDA_WEIGHTS = [
+    "LabelDiffLambdaWeight", "DCGLambdaWeight", "NDCGLambdaWeightV2", "YetiDCGLambdaWeight",
+    "NDCGLambdaWeight", "PrecisionLambdaWeight", "ListMLELambdaWeight"]
+TFRANKING_LOSS_KEYS = [
+    "pairwise_hinge_loss", "pairwise_logistic_loss", "pairwise_soft_zero_one_loss",
+    "pairwise_mse_loss", "yeti_logistic_loss", "softmax_loss", "calibrated_softmax_loss",
+    "unique_softmax_loss", "sigmoid_cross_entropy_loss", "mean_squared_loss", "ordinal_loss",
+    "list_mle_loss", "approx_ndcg_loss", "approx_mrr_loss", "gumbel_approx_ndcg_loss",
+    "coupled_rankdistil_loss"]
+NOT_YET = {"ordinal_loss", "coupled_rankdistil_loss"}  # docs/migrating.md says so
+
+
+def _migration_rows(heading):
+    """The first cells of the table rows under `## heading` in docs/migrating.md."""
+    text = (REPO / "docs" / "migrating.md").read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return {line.split("|")[1].strip().strip("`") for line in section.splitlines()
+            if line.startswith("| `")}
+
+
+def test_every_tfranking_loss_and_lambda_weight_has_a_migration_row():
+    assert set(TFRANKING_LOSS_CLASSES) <= _migration_rows("Losses")
+    assert set(TFRANKING_LAMBDA_WEIGHTS) <= _migration_rows("Lambda weights")
+    for name in TFRANKING_LAMBDA_WEIGHTS:
+        assert isinstance(getattr(losses, name)(**({"topn": 3} if "Precision" in name else {})),
+                          losses.lambda_weights.LambdaWeight)
+
+
+@pytest.mark.parametrize("key", TFRANKING_LOSS_KEYS)
+def test_get_takes_every_tfranking_loss_key_with_its_arguments(key):
+    if key in NOT_YET:
+        with pytest.raises(ValueError, match=f"unknown loss '{key}'"):
+            losses.get(key)
+        return
+    loss = losses.get(key, reduction="auto", lambda_weight=None, name=None)
+    assert loss.reduction == "sum_over_batch_size"
+    if key in ("softmax_loss", "pairwise_hinge_loss", "list_mle_loss"):
+        weight = (losses.ListMLELambdaWeight() if key == "list_mle_loss"
+                  else losses.NDCGLambdaWeight(topn=5))
+        assert losses.get(key, lambda_weight=weight, temperature=0.5).lambda_weight is weight
 
 
 PAIRWISE_LOSSES = {  # pairwise -> a loss whose pair sums are dense or blocked as it says

@@ -67,8 +67,11 @@ _REDUCTIONS = {"auto": "sum_over_batch_size", "sum_over_batch_size": "sum_over_b
 
 def get(key, **params):
     """Returns the loss called `key` (a key of `LOSSES` or a TF-Ranking `RankingLossKey` string
-    of `RANKING_LOSS_KEYS`), built with `params`; TF-Ranking's `reduction="auto"` is ours
-    `"sum_over_batch_size"`."""
+    of `RANKING_LOSS_KEYS`), built with `params`. As `tfr.keras.losses.get`: `reduction="auto"` is
+    ours `"sum_over_batch_size"`, and `lambda_weight=None` and `name=None` are left out (so
+    they may be passed to every loss)."""
+    params = {key: value for key, value in params.items()
+              if not (key in ("lambda_weight", "name") and value is None)}
     found = LOSSES.get(key) or RANKING_LOSS_KEYS.get(key)
     if found is None:
         raise ValueError(f"unknown loss {key!r}; expected one of "

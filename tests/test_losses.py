@@ -47,6 +47,8 @@ ALL_LOSSES = [
     losses.ListMLELoss(lambda_weight=losses.ListMLELambdaWeight(), temperature=2.0),
     losses.CalibratedSoftmaxLoss(virtual_label=1.0),
     losses.YetiLogisticLoss(sample_size=2),
+    losses.NeuralNDCGLoss(),
+    losses.NeuralNDCGLoss(temperature=0.3, topk=3, sinkhorn_iterations=5),
 ]
 IDS = [f"{type(l).__name__}-{i}" for i, l in enumerate(ALL_LOSSES)]
 
@@ -478,3 +480,36 @@ def test_matches_the_paper_formula_written_as_loops(name, params, rng):
         assert math.isclose(value, _reference(name, y[real].astype(float),
                                               s[real].astype(float), **params),
                             rel_tol=2e-5, abs_tol=1e-6)
+
+
+def _neural_ndcg(y, s, temperature, topk, iterations):
+    """NeuralNDCG of one list as allRank computes it (NeuralSort, Sinkhorn, NDCG@k), in numpy."""
+    n = len(s)
+    spread = np.abs(s[:, None] - s[None, :]).sum(axis=1)
+    logits = ((n + 1 - 2 * np.arange(1, n + 1))[:, None] * s[None, :] - spread[None, :])
+    logits = logits / temperature
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p = p / p.sum(axis=1, keepdims=True)
+    for _ in range(iterations):
+        p = p / p.sum(axis=1, keepdims=True)
+        p = p / p.sum(axis=0, keepdims=True)
+    k = n if topk is None else min(topk, n)
+    dcg = sum((p[i] @ (2.0 ** y - 1)) / np.log2(2 + i) for i in range(k))
+    return -dcg / _ideal_dcg(y, topk)
+
+
+@pytest.mark.parametrize("params", [{}, {"temperature": 0.5, "topk": 3, "sinkhorn_iterations": 7}])
+def test_neural_ndcg_is_allranks_formula_and_tends_to_minus_ndcg(params, rng):
+    labels, scores = random_batch(rng, batch=5, list_size=8, pad_fraction=0.3)
+    labels[:, 0] = 2.0
+    ours = per_list(losses.NeuralNDCGLoss(reduction=None, **params), labels, scores)
+    for value, y, s in zip(ours, labels, scores):
+        real = y >= 0
+        if len(set(y[real])) > 1:
+            expected = _neural_ndcg(y[real].astype(float), s[real].astype(float),
+                                    params.get("temperature", 1.0), params.get("topk"),
+                                    params.get("sinkhorn_iterations", 50))
+            assert math.isclose(value, expected, rel_tol=1e-4, abs_tol=1e-5)
+    sharp = per_list(losses.NeuralNDCGLoss(temperature=1e-3, reduction=None), labels, scores)
+    exact = per_list(losses.ApproxNDCGLoss(alpha=1e4, reduction=None), labels, scores)
+    np.testing.assert_allclose(sharp, exact, atol=1e-4)

@@ -12,7 +12,7 @@ arguments. docs/migrating.md maps every TF-Ranking loss and argument to ours.
 from tfapprox.losses.approx import (ApproxAPLoss, ApproxMRRLoss, ApproxNDCGLoss,
                                     ApproxPrecisionLoss, GumbelApproxAPLoss,
                                     GumbelApproxNDCGLoss, GumbelApproxPrecisionLoss,
-                                    SoftRankLoss)
+                                    NeuralNDCGLoss, SoftRankLoss)
 from tfapprox.losses.base import RankingLoss
 from tfapprox.losses.lambda_weights import (DCGLambdaWeight, LabelDiffLambdaWeight,
                                             ListMLELambdaWeight, NDCGLambdaWeight,
@@ -53,6 +53,7 @@ LOSSES = {
     "gumbel_approx_ndcg_loss": GumbelApproxNDCGLoss,
     "gumbel_approx_ap": GumbelApproxAPLoss,
     "gumbel_approx_precision": GumbelApproxPrecisionLoss,
+    "neural_ndcg": NeuralNDCGLoss,
 }
 
 # TF-Ranking 0.5.5's `RankingLossKey` strings that are not already keys of LOSSES.

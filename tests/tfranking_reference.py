@@ -38,7 +38,8 @@ cross-entropy before its reduction weighs the list by its labels' sum), "calibra
 after appending the virtual document as `CalibratedSoftmaxLoss.__call__` does. ListMLE cases use
 `loss_distinct_labels`. With `gumbel_cases` (a JSON list of `[name, class, kwargs]`, kwargs with
 `sample_size` S) and `gumbel_labels`, `gumbel_scores`, it writes `gumbel_{name}` [B, S], each
-list's S sampled losses (the unreduced loss summed over the list).
+list's S sampled losses (the unreduced loss summed over the list); for `CoupledRankDistilLoss`,
+which averages its samples itself, [B, RANKDISTIL_CALLS] means of S/RANKDISTIL_CALLS samples.
 """
 
 import json
@@ -51,6 +52,7 @@ import tensorflow as tf
 import tensorflow_ranking as tfr
 
 NONE = tf.keras.losses.Reduction.NONE
+RANKDISTIL_CALLS = 20
 
 
 def metrics_under_test(ndcg_topns, precision_topns):
@@ -154,6 +156,12 @@ def loss_case_values(inputs):
     labels = tf.constant(inputs["gumbel_labels"], tf.float32)
     scores = tf.constant(inputs["gumbel_scores"], tf.float32)
     for name, cls, kwargs in json.loads(str(inputs["gumbel_cases"])):
+        if cls == "CoupledRankDistilLoss":  # it returns the mean of its samples: 20 means
+            kwargs = {**kwargs, "sample_size": kwargs["sample_size"] // RANKDISTIL_CALLS}
+            loss = tfr.keras.losses.CoupledRankDistilLoss(reduction=NONE, **kwargs)
+            out[f"gumbel_{name}"] = np.concatenate(
+                [loss(labels, scores).numpy() for _ in range(RANKDISTIL_CALLS)], axis=1)
+            continue
         values = getattr(tfr.keras.losses, cls)(reduction=NONE, **kwargs)(labels, scores)
         out[f"gumbel_{name}"] = np.reshape(tf.reduce_sum(values, axis=1).numpy(),
                                            (labels.shape[0], kwargs["sample_size"]))

@@ -18,8 +18,8 @@ from tfapprox.losses.lambda_weights import (DCGLambdaWeight, LabelDiffLambdaWeig
                                             ListMLELambdaWeight, NDCGLambdaWeight,
                                             NDCGLambdaWeightV2, PrecisionLambdaWeight,
                                             YetiDCGLambdaWeight)
-from tfapprox.losses.listwise import (CalibratedSoftmaxLoss, ListMLELoss, SoftmaxLoss,
-                                      UniqueSoftmaxLoss, WeightedListMLELoss)
+from tfapprox.losses.listwise import (CalibratedSoftmaxLoss, CoupledRankDistilLoss, ListMLELoss,
+                                      SoftmaxLoss, UniqueSoftmaxLoss, WeightedListMLELoss)
 from tfapprox.losses.pairwise import (LambdaRankLoss, PairwiseHingeLoss, PairwiseLogisticLoss,
                                       PairwiseMSELoss, PairwiseSoftZeroOneLoss, RankNetLoss,
                                       WeightedRankNetLoss, YetiLogisticLoss)
@@ -42,6 +42,7 @@ LOSSES = {
     "softmax_loss": SoftmaxLoss,
     "calibrated_softmax_loss": CalibratedSoftmaxLoss,
     "unique_softmax_loss": UniqueSoftmaxLoss,
+    "coupled_rankdistil_loss": CoupledRankDistilLoss,
     "pairwise_logistic_loss": PairwiseLogisticLoss,
     "pairwise_hinge_loss": PairwiseHingeLoss,
     "pairwise_soft_zero_one_loss": PairwiseSoftZeroOneLoss,

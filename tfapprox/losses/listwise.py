@@ -9,7 +9,7 @@ from keras import ops
 
 from tfapprox import direct_ops
 from tfapprox import ops as rank_ops
-from tfapprox.losses import base, lambda_weights
+from tfapprox.losses import base, lambda_weights, sampling
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
@@ -211,3 +211,55 @@ class CalibratedSoftmaxLoss(SoftmaxLoss):
 
     def get_config(self):
         return {**super().get_config(), "virtual_label": self.virtual_label}
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class CoupledRankDistilLoss(base.RankingLoss):
+    """Coupled-RankDistil (Reddi, Pasumarthi, Menon, Rawat, Yu, Kim, Veit & Kumar, *RankDistil:
+    knowledge distillation for ranking*, AISTATS 2021; TF-Ranking's `CoupledRankDistilLoss`): the
+    cross-entropy between the teacher's Plackett–Luce distribution over permutations, with the
+    labels as the teacher's scores, and the student's top-k Plackett–Luce likelihood,
+
+        loss = E_{π ~ PL(l)} [ Σ_{p=1}^{k} ( ln Σ_{q ≥ p} e^{s_{π(q)}/T} − s_{π(p)}/T ) ],
+
+    estimated from `sample_size` permutations π, each the order of l + g, g ~ Gumbel(0, 1) (the
+    Gumbel-max trick), k = `topk` (None: the whole list), T = `temperature`. The noise is hashed
+    from the scores, the labels and `seed` (`tfapprox.losses.sampling`; TF-Ranking's from
+    `tf.random`), so documents with equal scores and labels draw equal noise.
+    TF-Ranking's padded slots add a ln P! term when k reaches them (as in `ListMLELoss`); ours
+    have none. A list contributes when Σ l > 0.
+    """
+
+    def __init__(self, sample_size=8, topk=None, temperature=1.0, seed=None,
+                 reduction="sum_over_batch_size", name="coupled_rankdistil_loss", dtype=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        self.sample_size = base.check_cutoff("sample_size", sample_size, allow_none=False)
+        self.topk = base.check_cutoff("topk", topk)
+        self.temperature = base.check_positive("temperature", temperature)
+        self.seed = base.check_seed(seed, allow_none=True)
+
+    def per_list(self, labels, mask, scores):
+        # salted with the labels: documents of equal scores and different labels draw apart
+        uniforms = sampling.uniforms(scores, self.sample_size, self.seed, salt=labels)
+        noise = -ops.log(-ops.log(uniforms))
+        keys = ops.where(ops.expand_dims(mask, 1), ops.expand_dims(labels, 1) + noise,
+                         float("-inf"))
+        batch_size, list_size = ops.shape(labels)[0], ops.shape(labels)[1]
+        # the shape spelt out: a -1 beside a list size of 0 divides by 0 in TensorFlow's kernel
+        order = rank_ops.descending_order(
+            ops.reshape(keys, (batch_size * self.sample_size, list_size)))
+        placed = rank_ops.gather_in_lists(
+            sampling.repeat_lists(scores / self.temperature, self.sample_size), order)
+        positions = ops.expand_dims(ops.arange(list_size), 0)
+        count = sampling.repeat_lists(ops.expand_dims(ops.sum(ops.cast(mask, "int32"), axis=-1),
+                                                      1), self.sample_size)
+        placed_mask = positions < count  # π puts the real documents first
+        terms = rank_ops.suffix_logsumexp_minus_self(placed, placed_mask)
+        if self.topk is not None:
+            terms = ops.where(positions < self.topk, terms, 0.0)
+        samples = ops.reshape(ops.sum(terms, axis=-1), (-1, self.sample_size))
+        return ops.mean(samples, axis=-1), ops.sum(labels, axis=-1) > 0
+
+    def get_config(self):
+        return {**super().get_config(), "sample_size": self.sample_size, "topk": self.topk,
+                "temperature": self.temperature, "seed": self.seed}

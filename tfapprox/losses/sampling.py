@@ -29,10 +29,13 @@ def _logical_right_shift(hashes, bits):
     return ops.bitwise_and(ops.right_shift(hashes, bits), 2 ** (32 - bits) - 1)
 
 
-def uniforms(scores, sample_size, seed):
-    """Returns u ∈ (0, 1) `[B, S, L]`, S = `sample_size`: a hash of (score bits, sample, seed)
-    through MurmurHash3's 32-bit finaliser, its top 24 bits as (k + ½)/2^24."""
+def uniforms(scores, sample_size, seed, salt=None):
+    """Returns u ∈ (0, 1) `[B, S, L]`, S = `sample_size`: a hash of (score bits, sample, seed,
+    and the bits of `salt` [B, L] if given) through MurmurHash3's 32-bit finaliser, its top 24
+    bits as (k + ½)/2^24."""
     bits = rank_ops._float32_bits(ops.stop_gradient(scores))  # the scores' own hash input
+    if salt is not None:
+        bits = ops.bitwise_xor(bits * _int32(_MIX_1), rank_ops._float32_bits(salt))
     samples = ops.reshape(ops.arange(sample_size, dtype="int32"), (1, sample_size, 1))
     offset = ((seed or 0) * _SEED_STEP + 2 ** 31) % 2 ** 32 - 2 ** 31
     hashes = (ops.expand_dims(bits, 1) * _int32(_GOLDEN) + samples * _int32(_SAMPLE_STEP)

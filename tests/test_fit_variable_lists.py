@@ -93,8 +93,23 @@ def untrained_scorer():
 XLA_MODES = [mode for mode in COMPILE_MODES if mode in ("xla", "jit")]
 
 
-@pytest.mark.parametrize("mode", COMPILE_MODES)
-@pytest.mark.parametrize("loss", registered(keras.losses.Loss), ids=lambda l: type(l).__name__)
+# Variants of a skeleton another loss takes through every mode here (the pairwise pair function,
+# softmax, the pointwise mean, the smooth ranks, Gumbel sampling) train under XLA only (the
+# trainer's mode; jit on JAX): eagerly and as a graph they would run no code the others do not,
+# and their eager and graph steps are checked op by op in test_losses.py.
+SKELETON_VARIANTS = {"CalibratedSoftmaxLoss", "PairwiseLogisticLoss", "PairwiseSoftZeroOneLoss",
+                     "PairwiseMSELoss", "MeanSquaredLoss", "ApproxMRRLoss", "GumbelApproxAPLoss",
+                     "GumbelApproxPrecisionLoss", "YetiLogisticLoss"}
+
+
+def fit_cases():
+    """(loss, mode) for every registered loss: every mode, or XLA only for SKELETON_VARIANTS."""
+    return [pytest.param(loss, mode, id=f"{type(loss).__name__}-{mode}")
+            for loss in registered(keras.losses.Loss) for mode in COMPILE_MODES
+            if mode in ("xla", "jit") or type(loss).__name__ not in SKELETON_VARIANTS]
+
+
+@pytest.mark.parametrize("loss, mode", fit_cases())
 def test_every_loss_trains_on_variable_length_lists(loss, mode):
     model, history = fit(loss, mode)
     assert len(history["loss"]) == 1 and np.all(np.isfinite(history["loss"]))
@@ -115,6 +130,38 @@ def test_every_loss_trains_on_variable_length_lists(loss, mode):
     with_nan = model.fit(dataset(with_nan_feature), epochs=1, verbose=0,
                          callbacks=[keras.callbacks.TerminateOnNaN()]).history
     assert np.isnan(with_nan["loss"][0])
+
+
+# Every lambda weight, through a loss that takes it (the registered defaults have none).
+LAMBDA_WEIGHTED = [
+    losses.SoftmaxLoss(lambda_weight=losses.NDCGLambdaWeight(topn=3)),
+    losses.PairwiseLogisticLoss(lambda_weight=losses.NDCGLambdaWeightV2(topn=3)),
+    losses.PairwiseHingeLoss(lambda_weight=losses.DCGLambdaWeight(normalized=True,
+                                                                  smooth_fraction=0.5)),
+    losses.PairwiseSoftZeroOneLoss(lambda_weight=losses.PrecisionLambdaWeight(topn=2)),
+    losses.PairwiseMSELoss(lambda_weight=losses.LabelDiffLambdaWeight()),
+    losses.ListMLELoss(lambda_weight=losses.ListMLELambdaWeight()),
+    losses.YetiLogisticLoss(lambda_weight=losses.YetiDCGLambdaWeight(topn=2, normalized=True)),
+]
+
+
+class SumOfLosses(keras.losses.Loss):
+    """The sum of several losses' reduced values: one compiled model trains them all."""
+
+    def __init__(self, parts):
+        super().__init__(name="sum_of_losses")
+        self.parts = parts
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        return sum(part(y_true, y_pred, sample_weight) for part in self.parts)
+
+
+@pytest.mark.parametrize("mode", XLA_MODES)
+def test_every_lambda_weight_trains_on_variable_length_lists(mode):
+    model, history = fit(SumOfLosses(LAMBDA_WEIGHTED), mode)
+    assert np.all(np.isfinite(history["loss"])) and history["loss"][0] > 0
+    assert not np.allclose(to_numpy(model.hidden_dense[0].kernel),
+                           to_numpy(untrained_scorer().hidden_dense[0].kernel))
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)

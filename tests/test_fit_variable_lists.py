@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import COMPILE_MODES, registered, to_numpy
+from conftest import COMPILE_MODES, registered, registered_losses_in_modes, to_numpy
 from tfapprox import losses, metrics, models
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
@@ -93,23 +93,8 @@ def untrained_scorer():
 XLA_MODES = [mode for mode in COMPILE_MODES if mode in ("xla", "jit")]
 
 
-# Variants of a skeleton another loss takes through every mode here (the pairwise pair function,
-# softmax, the pointwise mean, the smooth ranks, Gumbel sampling) train under XLA only (the
-# trainer's mode; jit on JAX): eagerly and as a graph they would run no code the others do not,
-# and their eager and graph steps are checked op by op in test_losses.py.
-SKELETON_VARIANTS = {"CalibratedSoftmaxLoss", "PairwiseLogisticLoss", "PairwiseSoftZeroOneLoss",
-                     "PairwiseMSELoss", "MeanSquaredLoss", "ApproxMRRLoss", "GumbelApproxAPLoss",
-                     "GumbelApproxPrecisionLoss", "YetiLogisticLoss"}
-
-
-def fit_cases():
-    """(loss, mode) for every registered loss: every mode, or XLA only for SKELETON_VARIANTS."""
-    return [pytest.param(loss, mode, id=f"{type(loss).__name__}-{mode}")
-            for loss in registered(keras.losses.Loss) for mode in COMPILE_MODES
-            if mode in ("xla", "jit") or type(loss).__name__ not in SKELETON_VARIANTS]
-
-
-@pytest.mark.parametrize("loss, mode", fit_cases())
+# conftest.SKELETON_VARIANTS train under XLA only (the trainer's mode; jit on JAX).
+@pytest.mark.parametrize("loss, mode", registered_losses_in_modes(COMPILE_MODES, XLA_MODES))
 def test_every_loss_trains_on_variable_length_lists(loss, mode):
     model, history = fit(loss, mode)
     assert len(history["loss"]) == 1 and np.all(np.isfinite(history["loss"]))

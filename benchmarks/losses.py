@@ -11,7 +11,8 @@ no padding) on the TensorFlow backend: the gradient of the reduced loss with res
 scores, in a `tf.function` (XLA with `--jit`; traced for `[None, None]` inputs, as a trainer
 traces whole lists, with `--unknown-list-size`), compiled and warmed up first. TF-Ranking 0.5.5's
 ApproxNDCG (temperature 0.1, i.e. our default alpha = 10), PairwiseLogistic and ListMLE are
-timed the same way by `benchmarks/tfranking_losses.py --serve` in the side venv that
+timed the same way (and TF-Ranking's losses that tfapprox has under the same name, at their
+defaults) by `benchmarks/tfranking_losses.py --serve` in the side venv that
 `.ci/tfranking-venv` prints (built on first use). Our timed rounds alternate with TF-Ranking's,
 one at a time so the two never share the CPU but both see the same load from the rest of the
 machine, and each figure is the fastest of 10 rounds. The last column is ours / TF-Ranking for
@@ -48,16 +49,19 @@ import tensorflow as tf  # noqa: E402
 from tfapprox import losses, pair_sums  # noqa: E402
 import pair_paths  # noqa: E402
 from limits import pairs_per_second  # noqa: E402
-from tfranking_losses import ROUNDS, SIZES, GradientTimer, make_inputs  # noqa: E402
+from tfranking_losses import ROUNDS, SAME_NAMED, SIZES, GradientTimer, make_inputs  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 HERE = pathlib.Path(__file__).resolve().parent
 
 # Our loss -> the TF-Ranking loss with the same per-list values (tests/test_parity_tfranking.py).
 COUNTERPARTS = {"ApproxNDCGLoss": "ApproxNDCGLoss", "RankNetLoss": "PairwiseLogisticLoss",
-                "ListMLELoss": "ListMLELoss"}
-PARAMS = {"approx_precision": {"k": 10}}
-NOT_PAIRWISE = ("listmle", "weighted_listmle")  # O(L log L): no share of the pair limit
+                "PairwiseLogisticLoss": "PairwiseLogisticLoss", "ListMLELoss": "ListMLELoss",
+                **{name: name for name in SAME_NAMED}}
+PARAMS = {"approx_precision": {"k": 10}, "gumbel_approx_precision": {"k": 10}}
+# O(L log L) or O(L): no share of the pair limit
+NOT_PAIRWISE = ("listmle", "weighted_listmle", "softmax_loss", "calibrated_softmax_loss",
+                "sigmoid_cross_entropy_loss", "mean_squared_loss")
 
 
 class TFRankingServer:

@@ -189,7 +189,8 @@ def loss_and_grad(loss_fn, labels, scores, mode=None, unknown_shape=False):
 
 
 # Arguments a registered class cannot be built without; everything else takes its defaults.
-REQUIRED_ARGS = {"ApproxPrecisionLoss": {"k": 3}, "PrecisionAtK": {"k": 3}}
+REQUIRED_ARGS = {"ApproxPrecisionLoss": {"k": 3}, "GumbelApproxPrecisionLoss": {"k": 3},
+                 "PrecisionAtK": {"k": 3}}
 
 
 def registered(base):
@@ -201,6 +202,24 @@ def registered(base):
     import tfapprox.metrics  # noqa: F401
     import tfapprox.models  # noqa: F401
 
-    classes = [cls for key, cls in keras.saving.get_custom_objects().items()
-               if key.startswith("tfapprox>") and issubclass(cls, base)]
+    classes = [cls for key, cls in keras.saving.get_custom_objects().items()  # functions too
+               if key.startswith("tfapprox>") and isinstance(cls, type) and issubclass(cls, base)]
     return [cls(**REQUIRED_ARGS.get(cls.__name__, {})) for cls in classes]
+
+
+# Variants of a loss skeleton that another registered loss takes through every compile mode (the
+# pairwise pair function, softmax, the pointwise mean, the smooth ranks, Gumbel sampling): they run
+# no code of their own in the other modes, so the mode-by-mode tests take them in fewer modes.
+SKELETON_VARIANTS = {"CalibratedSoftmaxLoss", "PairwiseLogisticLoss", "PairwiseSoftZeroOneLoss",
+                     "PairwiseMSELoss", "MeanSquaredLoss", "ApproxMRRLoss", "GumbelApproxAPLoss",
+                     "GumbelApproxPrecisionLoss", "YetiLogisticLoss"}
+
+
+def registered_losses_in_modes(modes, variant_modes):
+    """pytest params `(loss, mode)`: every registered loss in each of `modes`, a loss of
+    SKELETON_VARIANTS only in those of `variant_modes`."""
+    import keras
+
+    return [pytest.param(loss, mode, id=f"{type(loss).__name__}-{mode}")
+            for loss in registered(keras.losses.Loss) for mode in modes
+            if mode in variant_modes or type(loss).__name__ not in SKELETON_VARIANTS]

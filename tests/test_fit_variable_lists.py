@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import COMPILE_MODES, registered, to_numpy
+from conftest import COMPILE_MODES, registered, registered_losses_in_modes, to_numpy
 from tfapprox import losses, metrics, models
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
@@ -93,8 +93,8 @@ def untrained_scorer():
 XLA_MODES = [mode for mode in COMPILE_MODES if mode in ("xla", "jit")]
 
 
-@pytest.mark.parametrize("mode", COMPILE_MODES)
-@pytest.mark.parametrize("loss", registered(keras.losses.Loss), ids=lambda l: type(l).__name__)
+# conftest.SKELETON_VARIANTS train under XLA only (the trainer's mode; jit on JAX).
+@pytest.mark.parametrize("loss, mode", registered_losses_in_modes(COMPILE_MODES, XLA_MODES))
 def test_every_loss_trains_on_variable_length_lists(loss, mode):
     model, history = fit(loss, mode)
     assert len(history["loss"]) == 1 and np.all(np.isfinite(history["loss"]))
@@ -115,6 +115,38 @@ def test_every_loss_trains_on_variable_length_lists(loss, mode):
     with_nan = model.fit(dataset(with_nan_feature), epochs=1, verbose=0,
                          callbacks=[keras.callbacks.TerminateOnNaN()]).history
     assert np.isnan(with_nan["loss"][0])
+
+
+# Every lambda weight, through a loss that takes it (the registered defaults have none).
+LAMBDA_WEIGHTED = [
+    losses.SoftmaxLoss(lambda_weight=losses.NDCGLambdaWeight(topn=3)),
+    losses.PairwiseLogisticLoss(lambda_weight=losses.NDCGLambdaWeightV2(topn=3)),
+    losses.PairwiseHingeLoss(lambda_weight=losses.DCGLambdaWeight(normalized=True,
+                                                                  smooth_fraction=0.5)),
+    losses.PairwiseSoftZeroOneLoss(lambda_weight=losses.PrecisionLambdaWeight(topn=2)),
+    losses.PairwiseMSELoss(lambda_weight=losses.LabelDiffLambdaWeight()),
+    losses.ListMLELoss(lambda_weight=losses.ListMLELambdaWeight()),
+    losses.YetiLogisticLoss(lambda_weight=losses.YetiDCGLambdaWeight(topn=2, normalized=True)),
+]
+
+
+class SumOfLosses(keras.losses.Loss):
+    """The sum of several losses' reduced values: one compiled model trains them all."""
+
+    def __init__(self, parts):
+        super().__init__(name="sum_of_losses")
+        self.parts = parts
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        return sum(part(y_true, y_pred, sample_weight) for part in self.parts)
+
+
+@pytest.mark.parametrize("mode", XLA_MODES)
+def test_every_lambda_weight_trains_on_variable_length_lists(mode):
+    model, history = fit(SumOfLosses(LAMBDA_WEIGHTED), mode)
+    assert np.all(np.isfinite(history["loss"])) and history["loss"][0] > 0
+    assert not np.allclose(to_numpy(model.hidden_dense[0].kernel),
+                           to_numpy(untrained_scorer().hidden_dense[0].kernel))
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)

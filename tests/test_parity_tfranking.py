@@ -37,15 +37,17 @@ break ties at random, ours by list order). What each comparison normalises, and 
   `"zero"` mean is compared only on batches whose lists all have ≥ k real documents.
 """
 
+import json
 import math
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import REPO, side_venv_environment, side_venv_python, to_numpy
+from conftest import REPO, loss_and_grad, side_venv_environment, side_venv_python, to_numpy
 from tfapprox import losses, measures, metrics
 from tfapprox import ops as rank_ops
+from tfapprox.losses import lambda_weights
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
@@ -80,6 +82,7 @@ def make_batches(seed=20100413):
         batches[f"labels_{i}"] = np.where(real, labels, -1).astype(np.float32)
         batches[f"scores_{i}"] = scores.astype(np.float32)
         batches[f"distinct_labels_{i}"] = distinct.astype(np.float32)
+    batches.update(loss_case_inputs(batches, rng))
     return batches
 
 
@@ -236,3 +239,154 @@ def test_metric_means(batches, reference, name):
             exclude.update_state(labels, scores)
             assert_close(float(to_numpy(exclude.result())), np.mean(theirs[relevant] / ratio),
                          f"batch {i}, empty_lists='exclude'")
+
+
+# --- TF-Ranking's losses and lambda weights under their own names ---------------------------------
+#
+# Each case is built on both sides from the same class name and arguments (a migration is a
+# rename of the import) and compared per list, value and gradient, on one padded batch: the first
+# LOSS_BATCHES batches above, padded to the longest list. Lists whose real labels are all equal
+# have no loss in tfapprox (every order of them is ideal) and are left out; the rest compare as
+# they are, except where a convention differs (the `convention` column):
+# - "size": the DCG-family lambda weights (DCG, NDCG, NDCGLambdaWeightV2, YetiDCG) are scaled by
+#   the padded list size L in TF-Ranking and by the real documents n in tfapprox: ours · L/n;
+# - "listmle": TF-Ranking's P padded slots add Σ_{k=1}^{P} D(n + k)·ln(P − k + 1) with
+#   ListMLELambdaWeight's discount D (ln P! without a weight); added to ours. Its padded slots
+#   (logit ln 1e-10) also take a share P·1e-10·e^{−s/T} of the gradient of the last real
+#   documents, so ListMLE's gradients compare to 1e-4.
+# Softmax is compared before TF-Ranking's reduction, which weighs each list by its labels' sum.
+LOSS_BATCHES = 2 * len(LIST_SIZES)
+LOG2 = "fn:log2_inverse"
+LOSS_CASES = [  # name, kind, class, kwargs, lambda weight, its kwargs, convention
+    ("softmax", "softmax", "SoftmaxLoss", {}, None, {}, None),
+    ("softmax_ndcg5_t05", "softmax", "SoftmaxLoss", {"temperature": 0.5},
+     "NDCGLambdaWeight", {"topn": 5}, None),
+    ("softmax_dcg", "softmax", "SoftmaxLoss", {}, "DCGLambdaWeight", {"smooth_fraction": 0.3},
+     None),
+    ("calibrated_softmax", "calibrated", "CalibratedSoftmaxLoss", {}, None, {}, None),
+    ("calibrated_softmax_v1_ndcg", "calibrated", "CalibratedSoftmaxLoss", {"virtual_label": 1.0},
+     "NDCGLambdaWeight", {}, None),
+    ("unique_softmax", "listwise", "UniqueSoftmaxLoss", {}, None, {}, None),
+    ("unique_softmax_t2", "listwise", "UniqueSoftmaxLoss", {"temperature": 2.0}, None, {}, None),
+    ("hinge", "pairwise", "PairwiseHingeLoss", {}, None, {}, None),
+    ("hinge_ndcg3_t2", "pairwise", "PairwiseHingeLoss", {"temperature": 2.0},
+     "NDCGLambdaWeight", {"topn": 3}, "size"),
+    ("hinge_dcg", "pairwise", "PairwiseHingeLoss", {}, "DCGLambdaWeight",
+     {"topn": 5, "normalized": True, "smooth_fraction": 0.5}, "size"),
+    ("hinge_yeti", "pairwise", "PairwiseHingeLoss", {}, "YetiDCGLambdaWeight", {}, "size"),
+    ("logistic_t05", "pairwise", "PairwiseLogisticLoss", {"temperature": 0.5}, None, {}, None),
+    ("logistic_ndcg_v2", "pairwise", "PairwiseLogisticLoss", {}, "NDCGLambdaWeightV2",
+     {"topn": 3}, "size"),
+    ("logistic_ndcg", "pairwise", "PairwiseLogisticLoss", {}, "NDCGLambdaWeight", {}, "size"),
+    ("soft_zero_one", "pairwise", "PairwiseSoftZeroOneLoss", {}, None, {}, None),
+    ("soft_zero_one_precision", "pairwise", "PairwiseSoftZeroOneLoss", {"temperature": 0.5},
+     "PrecisionLambdaWeight", {"topn": 3}, None),
+    ("mse", "pairwise", "PairwiseMSELoss", {}, None, {}, None),
+    ("mse_label_diff", "pairwise", "PairwiseMSELoss", {}, "LabelDiffLambdaWeight", {}, None),
+    ("sigmoid_cross_entropy", "pointwise", "SigmoidCrossEntropyLoss", {}, None, {}, None),
+    ("mean_squared", "pointwise", "MeanSquaredLoss", {}, None, {}, None),
+    ("approx_mrr", "listwise", "ApproxMRRLoss", {}, None, {}, None),
+    ("approx_mrr_t05", "listwise", "ApproxMRRLoss", {"temperature": 0.5}, None, {}, None),
+    ("approx_ndcg_t05", "listwise", "ApproxNDCGLoss", {"temperature": 0.5}, None, {}, None),
+    ("listmle_t05", "listwise", "ListMLELoss", {"temperature": 0.5}, None, {}, "listmle"),
+    ("listmle_weighted", "listwise", "ListMLELoss", {}, "ListMLELambdaWeight",
+     {"rank_discount_fn": LOG2}, "listmle"),
+]
+GUMBEL_SAMPLES = 2000
+GUMBEL_CASES = [  # name, class, kwargs
+    ("approx_ndcg", "GumbelApproxNDCGLoss", {}),
+    ("approx_ndcg_t05_g05", "GumbelApproxNDCGLoss", {"temperature": 0.5,
+                                                     "gumbel_temperature": 0.5}),
+    ("yeti", "YetiLogisticLoss", {}),
+    ("yeti_t05_g2", "YetiLogisticLoss", {"temperature": 0.5, "gumbel_temperature": 2.0}),
+    ("rankdistil", "CoupledRankDistilLoss", {}),
+    ("rankdistil_top3_t05", "CoupledRankDistilLoss", {"topk": 3, "temperature": 0.5}),
+]
+
+
+def _padded(arrays, width, fill):
+    return np.concatenate([np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=fill)
+                           for a in arrays])
+
+
+def loss_case_inputs(batches, rng):
+    """The inputs of the loss cases: one padded batch and the Gumbel batch (no padding, every
+    list with two different labels)."""
+    chosen = range(LOSS_BATCHES)
+    width = max(batches[f"labels_{i}"].shape[1] for i in chosen)
+    gumbel_labels = rng.integers(0, 3, size=(8, 10)).astype(np.float32)
+    gumbel_labels[:, 0], gumbel_labels[:, 1] = 2.0, 0.0
+    return {
+        "loss_cases": np.array(json.dumps([case[:6] for case in LOSS_CASES])),
+        "loss_labels": _padded([batches[f"labels_{i}"] for i in chosen], width, -1.0),
+        "loss_distinct_labels": _padded([batches[f"distinct_labels_{i}"] for i in chosen],
+                                        width, -1.0),
+        "loss_scores": _padded([batches[f"scores_{i}"] for i in chosen], width, 0.0),
+        "gumbel_cases": np.array(json.dumps([[name, cls, {**kwargs, "sample_size": GUMBEL_SAMPLES}]
+                                             for name, cls, kwargs in GUMBEL_CASES])),
+        "gumbel_labels": gumbel_labels,
+        "gumbel_scores": rng.normal(size=(8, 10)).astype(np.float32),
+    }
+
+
+def _resolved(kwargs):
+    return {key: getattr(lambda_weights, value[3:])
+            if isinstance(value, str) and value.startswith("fn:") else value
+            for key, value in kwargs.items()}
+
+
+def our_loss(cls, kwargs, weight_cls, weight_kwargs):
+    """Our loss of a case, built from TF-Ranking's class and argument names."""
+    kwargs = _resolved(kwargs)
+    if weight_cls:
+        kwargs["lambda_weight"] = getattr(losses, weight_cls)(**_resolved(weight_kwargs))
+    return getattr(losses, cls)(reduction=None, **kwargs)
+
+
+def _listmle_padding_terms(labels, weight_cls):
+    """TF-Ranking's ListMLE terms of the padded slots (see the case conventions), per list."""
+    terms = []
+    for row in labels:
+        n, padded = int((row >= 0).sum()), int((row < 0).sum())
+        discount = (lambda p: 1.0 / math.log2(1.0 + p)) if weight_cls else (lambda p: 1.0)
+        terms.append(sum(discount(n + k) * math.log(padded - k + 1)
+                         for k in range(1, padded + 1)))
+    return np.array(terms)
+
+
+@pytest.mark.parametrize("case", LOSS_CASES, ids=[case[0] for case in LOSS_CASES])
+def test_loss_per_list_value_and_gradient(batches, reference, case):
+    name, _, cls, kwargs, weight_cls, weight_kwargs, convention = case
+    labels = batches["loss_distinct_labels" if cls == "ListMLELoss" else "loss_labels"]
+    scores = batches["loss_scores"]
+    loss = our_loss(cls, kwargs, weight_cls, weight_kwargs)
+    values = per_list_loss(loss, labels, scores)
+    _, grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores)
+    real = labels >= 0
+    compared = to_numpy(rank_ops.has_label_pairs(np.where(real, labels, 0.0), real))
+    scale = np.ones(len(labels))
+    if convention == "size":
+        scale = labels.shape[1] / real.sum(axis=1)
+    values = values * scale
+    if convention == "listmle":
+        values = values + _listmle_padding_terms(labels, weight_cls)
+    assert compared.sum() > 100
+    assert_close(values[compared], reference[f"case_{name}"][compared], f"{name} values")
+    theirs = reference[f"case_{name}_grad"]
+    atol = 1e-4 if convention == "listmle" else 1e-5
+    for row in np.flatnonzero(compared):
+        np.testing.assert_allclose(grad[row][real[row]] * scale[row], theirs[row][real[row]],
+                                   rtol=1e-4, atol=atol, err_msg=f"{name} gradient, list {row}")
+
+
+@pytest.mark.parametrize("case", GUMBEL_CASES, ids=[case[0] for case in GUMBEL_CASES])
+def test_gumbel_sampled_loss_has_tfrankings_expectation(batches, reference, case):
+    """Both average GUMBEL_SAMPLES samples per list (TF-Ranking's from tf.random, ours hashed):
+    the two means agree within 5 standard errors of their difference (TF-Ranking's values are
+    its samples, or for RankDistil equal-sized means of them)."""
+    name, cls, kwargs = case
+    theirs = reference[f"gumbel_{name}"]
+    loss = getattr(losses, cls)(sample_size=GUMBEL_SAMPLES, seed=3, reduction=None, **kwargs)
+    ours = per_list_loss(loss, batches["gumbel_labels"], batches["gumbel_scores"])
+    error = 5 * math.sqrt(2) * theirs.std(axis=1) / math.sqrt(theirs.shape[1])
+    assert np.all(np.abs(ours - theirs.mean(axis=1)) <= error + 1e-4), (ours, theirs.mean(1))

@@ -386,7 +386,8 @@ def test_jit_compiles_once_per_bucket_through_the_command_line(tmp_path):
     assert 1 <= len(compiles) <= 3 + 1
 
 
-LOSS_PARAMS = {"approx_precision": {"k": 5}, "approx_ndcg": {"alpha": 5.0, "beta": 2.0}}
+LOSS_PARAMS = {"approx_precision": {"k": 5}, "gumbel_approx_precision": {"k": 5},
+               "approx_ndcg": {"alpha": 5.0, "beta": 2.0}}
 
 
 @pytest.mark.parametrize("name", sorted(losses.LOSSES))

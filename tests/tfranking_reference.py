@@ -26,7 +26,23 @@ the caller states and applies every convention:
   these values and weights to `tf.keras.metrics.Mean`).
 
 It also stores `versions`, the TensorFlow and TF-Ranking versions it ran with.
+
+With `loss_cases` (a JSON list of `[name, kind, class, kwargs, lambda_weight class or null,
+lambda_weight kwargs]`, a string kwarg `"fn:NAME"` naming `tfr.keras.utils.NAME`), `loss_labels`,
+`loss_scores` and `loss_distinct_labels` (one padded batch), it also writes for each case
+`case_{name}` [B], TF-Ranking's per-list value, and `case_{name}_grad` [B, L], the gradient of
+their sum with respect to the scores. What a per-list value is depends on `kind`: "pairwise" and
+"pointwise" sum the unreduced [B, L] loss over the list ("pointwise" then divides by the real
+documents), "listwise" takes the unreduced [B, 1], and "softmax" `_loss.compute_per_list` (its
+cross-entropy before its reduction weighs the list by its labels' sum), "calibrated" the same
+after appending the virtual document as `CalibratedSoftmaxLoss.__call__` does. ListMLE cases use
+`loss_distinct_labels`. With `gumbel_cases` (a JSON list of `[name, class, kwargs]`, kwargs with
+`sample_size` S) and `gumbel_labels`, `gumbel_scores`, it writes `gumbel_{name}` [B, S], each
+list's S sampled losses (the unreduced loss summed over the list); for `CoupledRankDistilLoss`,
+which averages its samples itself, [B, RANKDISTIL_CALLS] means of S/RANKDISTIL_CALLS samples.
 """
+
+import json
 
 import importlib.metadata
 import sys
@@ -36,6 +52,7 @@ import tensorflow as tf
 import tensorflow_ranking as tfr
 
 NONE = tf.keras.losses.Reduction.NONE
+RANKDISTIL_CALLS = 20
 
 
 def metrics_under_test(ndcg_topns, precision_topns):
@@ -86,8 +103,68 @@ def reference_values(inputs):
             mean.reset_state()
             mean.update_state(values, sample_weight=weights)
             out[f"{name}_result_{i}"] = np.float64(mean.result().numpy())
+    if "loss_cases" in inputs:
+        out.update(loss_case_values(inputs))
     out["versions"] = np.array([importlib.metadata.version("tensorflow"),
                                 importlib.metadata.version("tensorflow-ranking")])
+    return out
+
+
+def _resolved(kwargs):
+    return {key: getattr(tfr.keras.utils, value[3:])
+            if isinstance(value, str) and value.startswith("fn:") else value
+            for key, value in kwargs.items()}
+
+
+def _build(cls, kwargs, weight_cls, weight_kwargs):
+    kwargs = _resolved(kwargs)
+    if weight_cls:
+        kwargs["lambda_weight"] = getattr(tfr.keras.losses, weight_cls)(
+            **_resolved(weight_kwargs))
+    return getattr(tfr.keras.losses, cls)(reduction=NONE, **kwargs)
+
+
+def _per_list(loss, kind, labels, scores):
+    if kind == "calibrated":  # what its __call__ does before SoftmaxLoss's
+        column = tf.ones_like(labels[:, :1])
+        labels = tf.concat([labels, loss._virtual_label * column], axis=1)
+        scores = tf.concat([scores, 0.0 * column], axis=1)
+        kind = "softmax"
+    if kind == "softmax":
+        return loss._loss.compute_per_list(labels, scores, None)[0]
+    values = loss(labels, scores)
+    if kind == "pointwise":
+        real = tf.reduce_sum(tf.cast(labels >= 0, tf.float32), axis=1)
+        return tf.math.divide_no_nan(tf.reduce_sum(values, axis=1), real)
+    return tf.reshape(tf.reduce_sum(values, axis=1), [-1])
+
+
+def loss_case_values(inputs):
+    """Returns {`case_{name}`, `case_{name}_grad`, `gumbel_{name}`} (see the module docstring)."""
+    out = {}
+    for name, kind, cls, kwargs, weight_cls, weight_kwargs in json.loads(str(inputs["loss_cases"])):
+        loss = _build(cls, kwargs, weight_cls, weight_kwargs)
+        labels = tf.constant(inputs["loss_distinct_labels" if cls == "ListMLELoss"
+                                    else "loss_labels"], tf.float32)
+        scores = tf.constant(inputs["loss_scores"], tf.float32)
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            values = _per_list(loss, kind, labels, scores)
+            total = tf.reduce_sum(values)
+        out[f"case_{name}"] = per_list(values)
+        out[f"case_{name}_grad"] = tape.gradient(total, scores).numpy()
+    labels = tf.constant(inputs["gumbel_labels"], tf.float32)
+    scores = tf.constant(inputs["gumbel_scores"], tf.float32)
+    for name, cls, kwargs in json.loads(str(inputs["gumbel_cases"])):
+        if cls == "CoupledRankDistilLoss":  # it returns the mean of its samples: 20 means
+            kwargs = {**kwargs, "sample_size": kwargs["sample_size"] // RANKDISTIL_CALLS}
+            loss = tfr.keras.losses.CoupledRankDistilLoss(reduction=NONE, **kwargs)
+            out[f"gumbel_{name}"] = np.concatenate(
+                [loss(labels, scores).numpy() for _ in range(RANKDISTIL_CALLS)], axis=1)
+            continue
+        values = getattr(tfr.keras.losses, cls)(reduction=NONE, **kwargs)(labels, scores)
+        out[f"gumbel_{name}"] = np.reshape(tf.reduce_sum(values, axis=1).numpy(),
+                                           (labels.shape[0], kwargs["sample_size"]))
     return out
 
 

@@ -45,7 +45,7 @@ def beat_probabilities(scores, mask, sigma):
     return ops.where(real_pairs(mask), beat, 0.0)
 
 
-def _for_each_index(count, step, state):
+def for_each_index(count, step, state):
     """Returns `state` after `state = step(i, state)` for i = 0, ..., count − 1, differentiably.
 
     On JAX `count` is a Python int (shapes are static under jit) and `fori_loop` becomes a scan,
@@ -88,7 +88,7 @@ def rank_distributions(beat):
     # a row out of an empty axis.
     rows = ops.pad(beat, ((0, 0), (0, 1), (0, 0)))
     # 0·π keeps an empty list's result connected to the scores: a zero gradient, not None.
-    return _for_each_index(list_size, _add_document, (0.0 * beat + top, rows, top))[0]
+    return for_each_index(list_size, _add_document, (0.0 * beat + top, rows, top))[0]
 
 
 def expected_discounts(distributions):

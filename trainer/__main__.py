@@ -134,10 +134,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--preset", help="scorer preset: linear, B64, B128, B256, B512, B1024")
     g.add_argument("--dropout", type=float)
     g.add_argument("--bn-momentum", type=float, help="batch-norm momentum")
-    g.add_argument("--loss", help="approx_ndcg, approx_ap, approx_precision, ranknet, "
-                   "weighted_ranknet, listmle, weighted_listmle, lambdarank, softrank, svm_map, "
-                   "permurank (a different loss than the config's drops the config's loss "
-                   "parameters)")
+    g.add_argument("--loss", help="a tfapprox.losses name (approx_ndcg, approx_ap, ranknet, "
+                   "listmle, lambdarank, softrank, svm_map, ...) or a TF-Ranking RankingLossKey "
+                   "(softmax_loss, pairwise_hinge_loss, gumbel_approx_ndcg_loss, ...); "
+                   "docs/losses.md lists them (a different loss than the config's drops the "
+                   "config's loss parameters)")
     g.add_argument("--loss-param", action="append", default=[], metavar="KEY=VALUE",
                    help="a loss parameter, e.g. alpha=10 (repeatable)")
 

@@ -206,7 +206,7 @@ def test_get_passes_parameters():
     assert metrics.get("map", relevance_threshold=2).relevance_threshold == 2.0
 
 
-@pytest.mark.parametrize("name", ["p", "map@5", "ndcg@0", "ndcg@x", "err@5"])
+@pytest.mark.parametrize("name", ["p", "arp@5", "ndcg@0", "ndcg@x", "bpref"])
 def test_unknown_metric_names_are_rejected(name):
     with pytest.raises(ValueError, match="metric"):
         metrics.get(name)
@@ -215,8 +215,12 @@ def test_unknown_metric_names_are_rejected(name):
 def test_per_list_values_are_what_the_mean_averages(rng):
     labels, scores = random_batch(rng, batch=12, list_size=9)
     labels[0] = 0.0  # a list without a relevant document
+    real = np.where(labels >= 0, labels, 0.0)
+    pairs = np.sum(real[:, :, None] > np.where(labels >= 0, labels, np.inf)[:, None, :], (1, 2))
+    list_weights = {metrics.ARP: real.sum(axis=1), metrics.OPA: pairs}  # as TF-Ranking weighs
     for metric in registered(keras.metrics.Metric):
         values, counted = (to_numpy(x) for x in metric.per_list(labels, scores))
         assert values.shape == counted.shape == (12,) and not counted[0]
-        assert math.isclose(float(np.mean(values[counted])), result(metric, labels, scores),
-                            rel_tol=1e-6), metric.name
+        weights = list_weights.get(type(metric), np.ones(12))[counted]
+        assert math.isclose(float(np.average(values[counted], weights=weights)),
+                            result(metric, labels, scores), rel_tol=1e-6), metric.name

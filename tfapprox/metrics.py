@@ -40,7 +40,8 @@ def _check_topn(value, argument="topn"):
 
 
 class RankingMetric(keras.metrics.Metric):
-    """Base class: the weighted mean over lists of `self.measure(...)`.
+    """Base class: the weighted mean over lists of `self.measure(...)`; `larger_is_better`
+    says which way it improves.
 
     `alpha=None` evaluates the exact measure; a number evaluates its smooth approximation with
     position slope `alpha` and truncation slope `beta` (what the matching loss optimises).
@@ -58,6 +59,8 @@ class RankingMetric(keras.metrics.Metric):
         self.ragged = bool(ragged)
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    larger_is_better = True
 
     def measure(self, labels, relevance, positions):
         """Returns the measure of each list, `[B]`, or `(measure, list weights)`, `[B]` each."""
@@ -327,6 +330,8 @@ class ARP(RankingMetric):
     >>> float(ARP()([[0.0, 1.0, 3.0]], [[0.9, 0.8, 0.1]]))  # (1·2 + 3·3) / 4
     2.75
     """
+
+    larger_is_better = False
 
     def __init__(self, name="arp", **kwargs):
         super().__init__(name, **kwargs)

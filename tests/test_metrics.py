@@ -1,5 +1,6 @@
 """Exact metrics against ranx (an independent implementation), streaming, edge cases, monitors."""
 
+import doctest
 import math
 
 import keras
@@ -40,11 +41,36 @@ def test_exact_metrics_agree_with_ranx(seed):
         "ndcg_burges@5": metrics.NDCG(5), "ndcg_burges@10": metrics.NDCG(10),
         "map": metrics.MeanAveragePrecision(), "precision@1": metrics.PrecisionAtK(1),
         "precision@5": metrics.PrecisionAtK(5), "precision@10": metrics.PrecisionAtK(10),
-        "mrr": metrics.MeanReciprocalRank(),
+        "mrr": metrics.MeanReciprocalRank(), "recall@5": metrics.Recall(5),
+        "recall": metrics.Recall(), "hit_rate@1": metrics.Hits(1), "hit_rate@5": metrics.Hits(5),
+        "dcg_burges@5": metrics.DCG(5), "dcg_burges": metrics.DCG(), "map@5": metrics.get("map@5"),
+        "mrr@3": metrics.get("mrr@3"),
     }
     reference = ranx_scores(labels, scores, list(ours))
     for name, metric in ours.items():
-        assert math.isclose(result(metric, labels, scores), reference[name], abs_tol=1e-6), name
+        assert math.isclose(result(metric, labels, scores), reference[name], rel_tol=1e-6,
+                            abs_tol=1e-6), name
+
+
+@pytest.mark.parametrize("topn", [None, 5])
+def test_err_agrees_with_gdeval(topn):
+    """ERR against TREC's gdeval.pl (through ir-measures): per query, grades 0..4, R(4) = 15/16.
+    gdeval prints 5 decimals and breaks score ties by document name: the scores are distinct."""
+    ir_measures = pytest.importorskip("ir_measures")
+    rng = np.random.default_rng(7)
+    labels, scores = random_batch(rng, batch=24, list_size=30, max_label=4, pad_fraction=0.25,
+                                  distinct=True)
+    labels[0] = np.minimum(labels[0], 0.0)  # a list without a relevant document
+    qrels = [ir_measures.Qrel(str(q), f"d{i}", int(y)) for q, row in enumerate(labels)
+             for i, y in enumerate(row) if y >= 0]
+    run = [ir_measures.ScoredDoc(str(q), f"d{i}", float(s)) for q, (row, ys) in
+           enumerate(zip(scores, labels)) for i, s in enumerate(row) if ys[i] >= 0]
+    measure = ir_measures.ERR @ (topn or labels.shape[1])
+    theirs = {int(m.query_id): m.value for m in ir_measures.gdeval.iter_calc([measure], qrels, run)}
+    values, counted = (to_numpy(x) for x in metrics.ERR(topn, max_label=4).per_list(labels, scores))
+    assert sorted(theirs) == list(range(len(labels))) and not counted[0]
+    for q, value in theirs.items():
+        assert math.isclose(values[q] if counted[q] else 0.0, value, abs_tol=6e-6), q
 
 
 def test_hand_computed_values():
@@ -224,3 +250,7 @@ def test_per_list_values_are_what_the_mean_averages(rng):
         weights = list_weights.get(type(metric), np.ones(12))[counted]
         assert math.isclose(float(np.average(values[counted], weights=weights)),
                             result(metric, labels, scores), rel_tol=1e-6), metric.name
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(metrics, optionflags=doctest.ELLIPSIS).failed == 0

@@ -45,7 +45,7 @@ class Positions:
             shape = ops.shape(x)
             return ops.reshape(ops.broadcast_to(ops.expand_dims(x, 1),
                                                 (shape[0], num_subtopics, shape[1])),
-                               (-1, shape[1]))
+                               (shape[0] * num_subtopics, shape[1]))
 
         return Positions(repeat(self.ranks), repeat(self.mask), self.beta, self.pairwise)
 
@@ -158,8 +158,9 @@ def expected_reciprocal_rank(labels, positions, k=None, max_label=4.0):
 
 def subtopic_rows(subtopic_labels):
     """Returns labels `[B, L, T]` as lists `[B·T, L]`, row b·T + t holding subtopic t of list b."""
-    shape = ops.shape(subtopic_labels)
-    return ops.reshape(ops.transpose(subtopic_labels, (0, 2, 1)), (-1, shape[1]))
+    batch_size, list_size, num_subtopics = ops.shape(subtopic_labels)
+    return ops.reshape(ops.transpose(subtopic_labels, (0, 2, 1)),
+                       (batch_size * num_subtopics, list_size))
 
 
 def alpha_dcg(subtopic_labels, positions, k=None, alpha=0.5, rank_discount_fn=None):
@@ -167,12 +168,11 @@ def alpha_dcg(subtopic_labels, positions, k=None, alpha=0.5, rank_discount_fn=No
     y_{z,t} the documents placed before x that cover subtopic t (Clarke et al., SIGIR 2008,
     eq. 7 and the gain above it; unnormalised, as TF-Ranking's AlphaDCGMetric). Subtopic labels
     `[B, L, T]`."""
-    num_subtopics = ops.shape(subtopic_labels)[2]
+    batch_size, list_size, num_subtopics = ops.shape(subtopic_labels)
     covered_before = positions.per_subtopic(num_subtopics).relevant_before(
         subtopic_rows(subtopic_labels))
     covered_before = ops.transpose(
-        ops.reshape(covered_before, (-1, num_subtopics, ops.shape(subtopic_labels)[1])),
-        (0, 2, 1))
+        ops.reshape(covered_before, (batch_size, num_subtopics, list_size)), (0, 2, 1))
     novelty = ops.sum(subtopic_labels * ops.power(1.0 - alpha, covered_before), axis=-1)
     discount = (rank_ops.discounts(positions.ranks) if rank_discount_fn is None
                 else rank_discount_fn(positions.ranks))

@@ -133,6 +133,37 @@ def test_ragged_inputs_get_a_clear_error():
             update(dense, ragged)
 
 
+def test_ragged_lists_give_the_padded_values():
+    """`ragged=True`: ragged labels and scores, or ragged labels beside a model's dense scores,
+    give the values of the padded form, for a loss and metrics (subtopic labels too)."""
+    tf = pytest.importorskip("tensorflow")
+    if backend() != "tensorflow":
+        pytest.skip("ragged tensors are TensorFlow's")
+    rows = [[2.0, 0.0, 1.0], [1.0, 0.0], [0.0, 1.0, 3.0, 2.0]]
+    score_rows = [[0.3, 0.9, 0.1], [0.2, 0.4], [0.5, 0.1, 0.7, 0.3]]
+    labels, scores = tf.ragged.constant(rows), tf.ragged.constant(score_rows)
+    padded_labels, padded_scores = labels.to_tensor(-1.0), scores.to_tensor(0.0)
+    wider_scores = tf.pad(padded_scores, [[0, 0], [0, 2]])  # a model's [B, L], L ≥ the longest
+    subtopics = tf.ragged.constant([[[y, 1.0 - y] for y in np.minimum(row, 1.0)] for row in rows],
+                                   ragged_rank=1)
+    for cls in (metrics.NDCG, metrics.OPA, metrics.ARP, metrics.ERR, metrics.AlphaDCG):
+        expected = result(cls(), padded_labels, padded_scores)
+        assert math.isclose(result(cls(ragged=True), labels, scores), expected, rel_tol=1e-6)
+        assert math.isclose(result(cls(ragged=True), labels, wider_scores), expected,
+                            rel_tol=1e-6)
+    assert math.isclose(result(metrics.AlphaDCG(ragged=True), subtopics, scores),
+                        result(metrics.AlphaDCG(), subtopics.to_tensor(-1.0), padded_scores),
+                        rel_tol=1e-6)
+    loss = losses.ApproxNDCGLoss(reduction=None)
+    loss.ragged = True  # (set by the constructors of the losses package)
+    np.testing.assert_allclose(to_numpy(loss(labels, scores)),
+                               to_numpy(losses.ApproxNDCGLoss(reduction=None)(padded_labels,
+                                                                             padded_scores)),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="1 more entries than the dense tensor beside it"):
+        metrics.NDCG(ragged=True).update_state(labels, padded_scores[:, :3])
+
+
 def test_lists_without_relevant_documents_are_excluded_or_zero():
     labels = np.array([[1.0, 0.0], [0.0, 0.0], [-1.0, -1.0]], np.float32)
     scores = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]], np.float32)

@@ -77,12 +77,19 @@ def _check_threshold(value):
 
 
 class RankingLoss(keras.losses.Loss):
-    """Base class: standardises inputs, asks the subclass for per-list values, reduces them."""
+    """Base class: standardises inputs, asks the subclass for per-list values, reduces them.
+    `ragged=True` takes `tf.RaggedTensor` labels and scores `[B, (L)]`, as TF-Ranking's losses do
+    (`tfapprox.ops.dense_lists`)."""
 
-    def __init__(self, reduction="sum_over_batch_size", name=None, dtype=None):
+    def __init__(self, reduction="sum_over_batch_size", name=None, dtype=None, ragged=False):
         if reduction not in _REDUCTIONS:
             raise ValueError(f"`reduction` must be one of {_REDUCTIONS}; got {reduction!r}")
         super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.ragged = bool(ragged)
+
+    def get_config(self):
+        # only when set: a subclass that does not pass `ragged` on must still rebuild from it
+        return {**super().get_config(), **({"ragged": True} if self.ragged else {})}
 
     def per_list(self, labels, mask, scores):
         """Returns `(loss [B], has_loss [B] bool)` from standardised inputs; `has_loss` None
@@ -94,7 +101,7 @@ class RankingLoss(keras.losses.Loss):
         """Returns the loss of each list (0 where it has none, NaN where a real document's label
         or score is NaN) and whether it has one, `[B]`. A list whose real documents all share
         one label has none, whatever `per_list` says: every order of it is ideal."""
-        labels, mask, scores = rank_ops.standardize(y_true, y_pred)
+        labels, mask, scores = rank_ops.standardize(y_true, y_pred, ragged=self.ragged)
         loss, has_loss = self.per_list(labels, mask, scores)
         has_pairs = rank_ops.has_label_pairs(labels, mask)
         has_loss = has_pairs if has_loss is None else ops.logical_and(has_loss, has_pairs)

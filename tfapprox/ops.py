@@ -91,12 +91,44 @@ def dense_lists(labels, mask, scores):
                         for t in (labels, scores) if t is not None and not _is_ragged(t)), None)
 
     def to_dense(tensor, fill):
-        if not _is_ragged(tensor):
-            return tensor
-        shape = None if dense_width is None else [None, dense_width, *tensor.shape[2:]]
-        return tensor.to_tensor(default_value=fill, shape=shape)
+        return _ragged_to_dense(tensor, fill, dense_width) if _is_ragged(tensor) else tensor
 
     return to_dense(labels, -1.0), to_dense(mask, False), to_dense(scores, 0.0)
+
+
+def _ragged_to_dense(ragged, fill, width=None):
+    """Returns a `tf.RaggedTensor` `[B, (L), ...]` as a dense `[B, width, ...]` (width: its longest
+    row when None), `fill` past each row's end.
+
+    Work-around: `RaggedTensor.to_tensor` has no XLA kernel (RaggedTensorToTensor), and Keras
+    compiles `model.fit` with XLA by default; so one gather of the values, O(B·width), which XLA
+    compiles. Remove when TensorFlow registers an XLA kernel for RaggedTensorToTensor
+    (`test_ragged_targets_train_under_xla` then passes with `to_tensor` too).
+    """
+    tf = sys.modules["tensorflow"]
+    if ragged.ragged_rank != 1:
+        raise ValueError(f"ragged lists must be [batch, (list_size), ...] with one ragged "
+                         f"dimension; got ragged_rank {ragged.ragged_rank}")
+    lengths = ragged.row_lengths()
+    longest = tf.reduce_max(tf.concat([lengths, [0]], axis=0))
+    if width is None:
+        width = longest
+    else:
+        width = tf.cast(width, lengths.dtype)
+        known = _known_values(longest - width)
+        if known is not None and known > 0:
+            raise ValueError(f"a ragged list has {int(known)} more entries than the dense "
+                             "tensor beside it has slots: labels and scores must hold the same "
+                             "lists")
+    slots = tf.range(width, dtype=lengths.dtype)
+    inside = slots[None, :] < lengths[:, None]
+    values = ragged.values
+    # past a row's end, the index of one extra value: `fill`
+    padded = tf.concat([values, tf.fill(tf.concat([[1], tf.shape(values)[1:]], 0),
+                                        tf.cast(fill, values.dtype))], axis=0)
+    beyond = tf.cast(tf.shape(values)[0], lengths.dtype)
+    index = tf.where(inside, ragged.row_starts()[:, None] + slots[None, :], beyond)
+    return tf.gather(padded, index)
 
 
 def _check_dense(what, tensor):

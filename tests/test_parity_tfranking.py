@@ -305,3 +305,9 @@ def test_new_metric_per_list_and_mean(batches, reference, name):
                          f"batch {i}, empty_lists='zero'")
         compared += counted.sum()
     assert compared > 150
+
+
+def test_the_migration_guide_lists_tfrankings_own_keras_metrics(reference):
+    from test_migrating_metrics import TFR_KERAS_METRICS
+
+    assert sorted(reference["keras_metric_classes"]) == sorted(TFR_KERAS_METRICS)

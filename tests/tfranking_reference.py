@@ -30,7 +30,8 @@ the caller states and applies every convention:
   `hits_k`, `dcg_k`, `map_k`, `mrr_k`, `alpha_dcg_k`, `precision_ia_k` (k from `cutoff_topns`;
   the last two on `subtopics_i`), `arp` and `opa`.
 
-It also stores `versions`, the TensorFlow and TF-Ranking versions it ran with.
+It also stores `versions`, the TensorFlow and TF-Ranking versions it ran with, and
+`keras_metric_classes`, the names of `tfr.keras.metrics`' metric classes.
 """
 
 import importlib.metadata
@@ -126,6 +127,9 @@ def reference_values(inputs):
             given = subtopics if name.startswith(SUBTOPIC_METRICS) else labels
             out[f"{name}_{i}"], out[f"{name}_weight_{i}"], out[f"{name}_result_{i}"] = compute(
                 metric, given, scores, mean)
+    out["keras_metric_classes"] = np.array(sorted(
+        name for name, value in vars(tfr.keras.metrics).items() if isinstance(value, type)
+        and issubclass(value, tf.keras.metrics.Metric) and not name.startswith("_")))
     out["versions"] = np.array([importlib.metadata.version("tensorflow"),
                                 importlib.metadata.version("tensorflow-ranking")])
     return out

@@ -73,6 +73,29 @@ def test_err_agrees_with_gdeval(topn):
         assert math.isclose(values[q] if counted[q] else 0.0, value, abs_tol=6e-6), q
 
 
+@keras.saving.register_keras_serializable(package="tfapprox_tests")
+def linear_gain(labels):
+    return labels
+
+
+@keras.saving.register_keras_serializable(package="tfapprox_tests")
+def reciprocal_discount(ranks):
+    return 1.0 / ranks
+
+
+def test_gain_and_discount_functions_are_used_and_saved():
+    labels = np.array([[2.0, 1.0, 0.0, -1.0]], np.float32)
+    scores = np.array([[0.3, 0.2, 0.9, 5.0]], np.float32)  # order: doc 2, doc 0, doc 1
+    functions = dict(gain_fn=linear_gain, rank_discount_fn=reciprocal_discount)
+    dcg = 2 / 2 + 1 / 3
+    for metric, expected in ((metrics.DCG(**functions), dcg),
+                             (metrics.NDCG(**functions), dcg / (2 / 1 + 1 / 2))):
+        assert math.isclose(result(metric, labels, scores), expected, rel_tol=1e-6)
+        rebuilt = keras.metrics.deserialize(keras.metrics.serialize(metric))
+        assert rebuilt.gain_fn is linear_gain and rebuilt.rank_discount_fn is reciprocal_discount
+        assert math.isclose(result(rebuilt, labels, scores), expected, rel_tol=1e-6)
+
+
 def test_hand_computed_values():
     labels = np.array([[2.0, 1.0, 0.0, -1.0]], np.float32)
     scores = np.array([[0.3, 0.2, 0.9, 5.0]], np.float32)  # order: doc 2, doc 0, doc 1

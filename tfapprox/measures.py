@@ -88,9 +88,17 @@ def dcg(labels, positions, k=None, gain_fn=None, rank_discount_fn=None):
     return ops.sum(gain * discount * positions.in_top(k) * real, axis=-1)
 
 
-def ndcg(labels, positions, k=None):
-    """NDCG@k = Σ_x G(y_x)·D(π(x))·1{π(x) ≤ k} / N_k, with G = 2^y − 1, D(r) = 1/log2(1+r)."""
-    return rank_ops.safe_divide(dcg(labels, positions, k), rank_ops.ideal_dcg(labels, k))
+def ndcg(labels, positions, k=None, gain_fn=None, rank_discount_fn=None):
+    """NDCG@k = Σ_x G(y_x)·D(π(x))·1{π(x) ≤ k} / N_k, with G = 2^y − 1, D(r) = 1/log2(1+r) unless
+    `gain_fn` / `rank_discount_fn` say otherwise; N_k is the DCG@k of the documents ordered by
+    gain (`tfapprox.ops.ideal_dcg` for the default functions)."""
+    if gain_fn is None and rank_discount_fn is None:
+        ideal = rank_ops.ideal_dcg(labels, k)
+    else:
+        gain = rank_ops.gains(labels) if gain_fn is None else gain_fn(labels)
+        by_gain = Positions.exact(ops.stop_gradient(gain), positions.mask)
+        ideal = dcg(labels, by_gain, k, gain_fn, rank_discount_fn)
+    return rank_ops.safe_divide(dcg(labels, positions, k, gain_fn, rank_discount_fn), ideal)
 
 
 def average_precision(relevance, positions, k=None):

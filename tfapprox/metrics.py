@@ -147,39 +147,52 @@ def _with_positive_gain(labels, relevance):
     return ops.any(ops.greater(labels, 0.0), axis=-1)
 
 
+class FunctionArguments:
+    """Mixin: saves and restores a metric's `gain_fn` / `rank_discount_fn` (None or a function
+    registered with `keras.saving.register_keras_serializable`) with its config."""
+
+    FUNCTIONS = ("gain_fn", "rank_discount_fn")
+
+    def get_config(self):
+        return {**super().get_config(),
+                **{key: None if getattr(self, key) is None
+                   else keras.saving.serialize_keras_object(getattr(self, key))
+                   for key in self.FUNCTIONS if hasattr(self, key)}}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{**config, **{key: keras.saving.deserialize_keras_object(config[key])
+                                   for key in cls.FUNCTIONS if config.get(key) is not None}})
+
+
 @keras.saving.register_keras_serializable(package="tfapprox")
-class NDCG(RankingMetric):
+class NDCG(FunctionArguments, RankingMetric):
     """NDCG@k = Σ_x (2^{y_x} − 1)/log2(1 + π(x))·1{π(x) ≤ k} / ideal DCG@k (k=None: whole list).
 
     A list counts as having a relevant document when some label is > 0 (positive gain).
-    TF-Ranking: `NDCGMetric(topn=k)`.
+    TF-Ranking: `NDCGMetric(topn=k)`; `gain_fn` and `rank_discount_fn` as `DCG`'s, the ideal DCG
+    then being that of the documents ordered by gain.
     """
 
     def __init__(self, k=None, name=None, relevance_threshold=1.0, empty_lists="exclude",
-                 dtype=None, **kwargs):
+                 dtype=None, gain_fn=None, rank_discount_fn=None, **kwargs):
         super().__init__(name or _name("ndcg", k), relevance_threshold, empty_lists,
                          dtype=dtype, **kwargs)
         self.k = _check_topn(k, "k")
+        self.gain_fn = gain_fn
+        self.rank_discount_fn = rank_discount_fn
 
     has_relevant = staticmethod(_with_positive_gain)
 
     def measure(self, labels, relevance, positions):
-        return measures.ndcg(labels, positions, self.k)
+        return measures.ndcg(labels, positions, self.k, self.gain_fn, self.rank_discount_fn)
 
     def get_config(self):
         return {**super().get_config(), "k": self.k}
 
 
-def _serialized(function):
-    return None if function is None else keras.saving.serialize_keras_object(function)
-
-
-def _deserialized(function):
-    return None if function is None else keras.saving.deserialize_keras_object(function)
-
-
 @keras.saving.register_keras_serializable(package="tfapprox")
-class DCG(CutoffMetric):
+class DCG(FunctionArguments, CutoffMetric):
     """DCG@k = Σ_x G(y_x)·D(π(x))·1{π(x) ≤ k} (Järvelin & Kekäläinen, TOIS 2002), by default
     G(y) = 2^y − 1 and D(r) = 1/log2(1 + r) (Burges et al., ICML 2005), as TF-Ranking's DCGMetric.
 
@@ -202,15 +215,6 @@ class DCG(CutoffMetric):
 
     def measure(self, labels, relevance, positions):
         return measures.dcg(labels, positions, self.topn, self.gain_fn, self.rank_discount_fn)
-
-    def get_config(self):
-        return {**super().get_config(), "gain_fn": _serialized(self.gain_fn),
-                "rank_discount_fn": _serialized(self.rank_discount_fn)}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**{**config, "gain_fn": _deserialized(config.get("gain_fn")),
-                      "rank_discount_fn": _deserialized(config.get("rank_discount_fn"))})
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
@@ -393,7 +397,7 @@ class SubtopicMetric(CutoffMetric):
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
-class AlphaDCG(SubtopicMetric):
+class AlphaDCG(FunctionArguments, SubtopicMetric):
     """α-DCG@k = Σ_{x: π(x) ≤ k} D(π(x)) Σ_t y_{x,t}·(1 − α)^{c_{x,t}}, c_{x,t} the number of
     documents placed before x that cover subtopic t: a subtopic's gain decays each time it is
     covered again (Clarke et al., SIGIR 2008, eq. 7). Unnormalised, as TF-Ranking's
@@ -417,12 +421,7 @@ class AlphaDCG(SubtopicMetric):
 
     def get_config(self):
         # "alpha" is α of the gain here: the metric is always exact
-        return {**super().get_config(), "alpha": self.novelty_alpha,
-                "rank_discount_fn": _serialized(self.rank_discount_fn)}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**{**config, "rank_discount_fn": _deserialized(config.get("rank_discount_fn"))})
+        return {**super().get_config(), "alpha": self.novelty_alpha}
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")

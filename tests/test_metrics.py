@@ -1,5 +1,6 @@
 """Exact metrics against ranx (an independent implementation), streaming, edge cases, monitors."""
 
+import doctest
 import math
 
 import keras
@@ -40,11 +41,59 @@ def test_exact_metrics_agree_with_ranx(seed):
         "ndcg_burges@5": metrics.NDCG(5), "ndcg_burges@10": metrics.NDCG(10),
         "map": metrics.MeanAveragePrecision(), "precision@1": metrics.PrecisionAtK(1),
         "precision@5": metrics.PrecisionAtK(5), "precision@10": metrics.PrecisionAtK(10),
-        "mrr": metrics.MeanReciprocalRank(),
+        "mrr": metrics.MeanReciprocalRank(), "recall@5": metrics.Recall(5),
+        "recall": metrics.Recall(), "hit_rate@1": metrics.Hits(1), "hit_rate@5": metrics.Hits(5),
+        "dcg_burges@5": metrics.DCG(5), "dcg_burges": metrics.DCG(), "map@5": metrics.get("map@5"),
+        "mrr@3": metrics.get("mrr@3"),
     }
     reference = ranx_scores(labels, scores, list(ours))
     for name, metric in ours.items():
-        assert math.isclose(result(metric, labels, scores), reference[name], abs_tol=1e-6), name
+        assert math.isclose(result(metric, labels, scores), reference[name], rel_tol=1e-6,
+                            abs_tol=1e-6), name
+
+
+@pytest.mark.parametrize("topn", [None, 5])
+def test_err_agrees_with_gdeval(topn):
+    """ERR against TREC's gdeval.pl (through ir-measures): per query, grades 0..4, R(4) = 15/16.
+    gdeval prints 5 decimals and breaks score ties by document name: the scores are distinct."""
+    ir_measures = pytest.importorskip("ir_measures")
+    rng = np.random.default_rng(7)
+    labels, scores = random_batch(rng, batch=24, list_size=30, max_label=4, pad_fraction=0.25,
+                                  distinct=True)
+    labels[0] = np.minimum(labels[0], 0.0)  # a list without a relevant document
+    qrels = [ir_measures.Qrel(str(q), f"d{i}", int(y)) for q, row in enumerate(labels)
+             for i, y in enumerate(row) if y >= 0]
+    run = [ir_measures.ScoredDoc(str(q), f"d{i}", float(s)) for q, (row, ys) in
+           enumerate(zip(scores, labels)) for i, s in enumerate(row) if ys[i] >= 0]
+    measure = ir_measures.ERR @ (topn or labels.shape[1])
+    theirs = {int(m.query_id): m.value for m in ir_measures.gdeval.iter_calc([measure], qrels, run)}
+    values, counted = (to_numpy(x) for x in metrics.ERR(topn, max_label=4).per_list(labels, scores))
+    assert sorted(theirs) == list(range(len(labels))) and not counted[0]
+    for q, value in theirs.items():
+        assert math.isclose(values[q] if counted[q] else 0.0, value, abs_tol=6e-6), q
+
+
+@keras.saving.register_keras_serializable(package="tfapprox_tests")
+def linear_gain(labels):
+    return labels
+
+
+@keras.saving.register_keras_serializable(package="tfapprox_tests")
+def reciprocal_discount(ranks):
+    return 1.0 / ranks
+
+
+def test_gain_and_discount_functions_are_used_and_saved():
+    labels = np.array([[2.0, 1.0, 0.0, -1.0]], np.float32)
+    scores = np.array([[0.3, 0.2, 0.9, 5.0]], np.float32)  # order: doc 2, doc 0, doc 1
+    functions = dict(gain_fn=linear_gain, rank_discount_fn=reciprocal_discount)
+    dcg = 2 / 2 + 1 / 3
+    for metric, expected in ((metrics.DCG(**functions), dcg),
+                             (metrics.NDCG(**functions), dcg / (2 / 1 + 1 / 2))):
+        assert math.isclose(result(metric, labels, scores), expected, rel_tol=1e-6)
+        rebuilt = keras.metrics.deserialize(keras.metrics.serialize(metric))
+        assert rebuilt.gain_fn is linear_gain and rebuilt.rank_discount_fn is reciprocal_discount
+        assert math.isclose(result(rebuilt, labels, scores), expected, rel_tol=1e-6)
 
 
 def test_hand_computed_values():
@@ -105,6 +154,37 @@ def test_ragged_inputs_get_a_clear_error():
             update(ragged, ragged)
         with pytest.raises(ValueError, match=r"y_pred \(scores\) is a RaggedTensor"):
             update(dense, ragged)
+
+
+def test_ragged_lists_give_the_padded_values():
+    """`ragged=True`: ragged labels and scores, or ragged labels beside a model's dense scores,
+    give the values of the padded form, for a loss and metrics (subtopic labels too)."""
+    tf = pytest.importorskip("tensorflow")
+    if backend() != "tensorflow":
+        pytest.skip("ragged tensors are TensorFlow's")
+    rows = [[2.0, 0.0, 1.0], [1.0, 0.0], [0.0, 1.0, 3.0, 2.0]]
+    score_rows = [[0.3, 0.9, 0.1], [0.2, 0.4], [0.5, 0.1, 0.7, 0.3]]
+    labels, scores = tf.ragged.constant(rows), tf.ragged.constant(score_rows)
+    padded_labels, padded_scores = labels.to_tensor(-1.0), scores.to_tensor(0.0)
+    wider_scores = tf.pad(padded_scores, [[0, 0], [0, 2]])  # a model's [B, L], L ≥ the longest
+    subtopics = tf.ragged.constant([[[y, 1.0 - y] for y in np.minimum(row, 1.0)] for row in rows],
+                                   ragged_rank=1)
+    for cls in (metrics.NDCG, metrics.OPA, metrics.ARP, metrics.ERR, metrics.AlphaDCG):
+        expected = result(cls(), padded_labels, padded_scores)
+        assert math.isclose(result(cls(ragged=True), labels, scores), expected, rel_tol=1e-6)
+        assert math.isclose(result(cls(ragged=True), labels, wider_scores), expected,
+                            rel_tol=1e-6)
+    assert math.isclose(result(metrics.AlphaDCG(ragged=True), subtopics, scores),
+                        result(metrics.AlphaDCG(), subtopics.to_tensor(-1.0), padded_scores),
+                        rel_tol=1e-6)
+    loss = losses.ApproxNDCGLoss(reduction=None, ragged=True)
+    assert losses.ApproxNDCGLoss.from_config(loss.get_config()).ragged
+    np.testing.assert_allclose(to_numpy(loss(labels, scores)),
+                               to_numpy(losses.ApproxNDCGLoss(reduction=None)(padded_labels,
+                                                                             padded_scores)),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="1 more entries than the dense tensor beside it"):
+        metrics.NDCG(ragged=True).update_state(labels, padded_scores[:, :3])
 
 
 def test_lists_without_relevant_documents_are_excluded_or_zero():
@@ -206,7 +286,7 @@ def test_get_passes_parameters():
     assert metrics.get("map", relevance_threshold=2).relevance_threshold == 2.0
 
 
-@pytest.mark.parametrize("name", ["p", "map@5", "ndcg@0", "ndcg@x", "err@5"])
+@pytest.mark.parametrize("name", ["p", "arp@5", "ndcg@0", "ndcg@x", "bpref"])
 def test_unknown_metric_names_are_rejected(name):
     with pytest.raises(ValueError, match="metric"):
         metrics.get(name)
@@ -215,8 +295,16 @@ def test_unknown_metric_names_are_rejected(name):
 def test_per_list_values_are_what_the_mean_averages(rng):
     labels, scores = random_batch(rng, batch=12, list_size=9)
     labels[0] = 0.0  # a list without a relevant document
+    real = np.where(labels >= 0, labels, 0.0)
+    pairs = np.sum(real[:, :, None] > np.where(labels >= 0, labels, np.inf)[:, None, :], (1, 2))
+    list_weights = {metrics.ARP: real.sum(axis=1), metrics.OPA: pairs}  # as TF-Ranking weighs
     for metric in registered(keras.metrics.Metric):
         values, counted = (to_numpy(x) for x in metric.per_list(labels, scores))
         assert values.shape == counted.shape == (12,) and not counted[0]
-        assert math.isclose(float(np.mean(values[counted])), result(metric, labels, scores),
-                            rel_tol=1e-6), metric.name
+        weights = list_weights.get(type(metric), np.ones(12))[counted]
+        assert math.isclose(float(np.average(values[counted], weights=weights)),
+                            result(metric, labels, scores), rel_tol=1e-6), metric.name
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(metrics, optionflags=doctest.ELLIPSIS).failed == 0

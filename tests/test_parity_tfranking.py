@@ -58,6 +58,9 @@ LIST_SIZES = (1, 2, 3, 4, 5, 7, 10, 12, 16, 25, 40)
 ALPHAS = (1.0, 10.0, 100.0)
 NDCG_TOPNS = (None, 1, 5, 10)
 PRECISION_TOPNS = (1, 3, 5, 10)
+NEW_METRIC_BATCHES = 40  # the batches the metrics of `tfranking_reference.NEW_METRICS` see
+CUTOFF_TOPNS = (None, 3)
+NUM_SUBTOPICS = 3
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 
 
@@ -83,6 +86,13 @@ def make_batches(seed=20100413):
         batches[f"scores_{i}"] = scores.astype(np.float32)
         batches[f"distinct_labels_{i}"] = distinct.astype(np.float32)
     batches.update(loss_case_inputs(batches, rng))
+    subtopic_rng = np.random.default_rng(seed + 1)  # leaves the batches above as they were
+    batches["num_new_metric_batches"] = np.int64(NEW_METRIC_BATCHES)
+    batches["cutoff_topns"] = np.array([k or 0 for k in CUTOFF_TOPNS])
+    for i in range(NEW_METRIC_BATCHES):
+        real = batches[f"labels_{i}"] >= 0
+        covers = subtopic_rng.random((*real.shape, NUM_SUBTOPICS)) < 0.3
+        batches[f"subtopics_{i}"] = np.where(real[..., None], covers, -1).astype(np.float32)
     return batches
 
 
@@ -390,3 +400,66 @@ def test_gumbel_sampled_loss_has_tfrankings_expectation(batches, reference, case
     ours = per_list_loss(loss, batches["gumbel_labels"], batches["gumbel_scores"])
     error = 5 * math.sqrt(2) * theirs.std(axis=1) / math.sqrt(theirs.shape[1])
     assert np.all(np.abs(ours - theirs.mean(axis=1)) <= error + 1e-4), (ours, theirs.mean(1))
+def _pair_counts(labels):
+    """#{(i, j) real: y_i > y_j} per list."""
+    real = labels >= 0
+    upper = np.where(real, labels, -np.inf)[:, :, None]
+    lower = np.where(real, labels, np.inf)[:, None, :]
+    return np.sum(upper > lower, axis=(1, 2)).astype(np.float64)
+
+
+def _precision_ia_divisor_ratio(labels, k):
+    return np.ones(len(labels)) if k is None else k / np.minimum(k, (labels >= 0).sum(axis=1))
+
+
+# Our metric, and per list: TF-Ranking's list weight (None: 1) and theirs/ours value ratio.
+NEW_METRICS = {
+    "recall": (metrics.Recall, None, None), "hits": (metrics.Hits, None, None),
+    "dcg": (metrics.DCG, None, None), "map": (lambda **kw: metrics.MeanAveragePrecision(**kw),
+                                              None, None),
+    "mrr": (lambda **kw: metrics.MeanReciprocalRank(**kw), None, None),
+    "arp": (metrics.ARP, lambda labels: np.where(labels >= 0, labels, 0).sum(axis=1), None),
+    "opa": (metrics.OPA, _pair_counts, None),
+    "alpha_dcg": (metrics.AlphaDCG, None, None),
+    "precision_ia": (metrics.PrecisionIA, None, _precision_ia_divisor_ratio),
+}
+NEW_METRIC_NAMES = [name if name in ("arp", "opa") else f"{name}_{k or 0}"
+                    for name in NEW_METRICS for k in ((None,) if name in ("arp", "opa")
+                                                       else CUTOFF_TOPNS)]
+
+
+@pytest.mark.parametrize("name", NEW_METRIC_NAMES)
+def test_new_metric_per_list_and_mean(batches, reference, name):
+    """Our metric's per-list values where it counts a list (elsewhere TF-Ranking's are 0 or
+    weighted 0), TF-Ranking's list weights, and its `"zero"` mean against TF-Ranking's result.
+    Pre-IA@k divides by k, TF-Ranking's by min(k, #real documents): the ratio is applied, and the
+    means are compared on batches whose lists all have ≥ k real documents."""
+    base, _, k = name.rpartition("_") if name[-1].isdigit() else (name, "", "")
+    make, their_weights, ratio = NEW_METRICS[base]
+    cutoff = {"topn": int(k) or None} if k else {}
+    ours, zero = make(**cutoff), make(empty_lists="zero", **cutoff)
+    subtopic = base in ("alpha_dcg", "precision_ia")
+    compared = 0
+    for i in range(NEW_METRIC_BATCHES):
+        labels, scores = batches[f"labels_{i}"], batches[f"scores_{i}"]
+        given = batches[f"subtopics_{i}"] if subtopic else labels
+        values, counted = (to_numpy(x) for x in ours.per_list(given, scores))
+        scale = np.ones(len(labels)) if ratio is None else ratio(labels, cutoff.get("topn"))
+        theirs = reference[f"{name}_{i}"]
+        assert_close(values[counted] * scale[counted], theirs[counted], f"batch {i}")
+        expected_weights = np.ones(len(labels)) if their_weights is None else their_weights(labels)
+        assert_close(reference[f"{name}_weight_{i}"], expected_weights, f"batch {i} weights")
+        assert np.all(theirs[~counted] * reference[f"{name}_weight_{i}"][~counted] == 0)
+        if ratio is None or np.all(scale == 1):
+            zero.reset_state()
+            zero.update_state(given, scores)
+            assert_close(float(to_numpy(zero.result())), reference[f"{name}_result_{i}"],
+                         f"batch {i}, empty_lists='zero'")
+        compared += counted.sum()
+    assert compared > 150
+
+
+def test_the_migration_guide_lists_tfrankings_own_keras_metrics(reference):
+    from test_migrating_metrics import TFR_KERAS_METRICS
+
+    assert sorted(reference["keras_metric_classes"]) == sorted(TFR_KERAS_METRICS)

@@ -7,7 +7,9 @@ Run with the side virtualenv's python (`.ci/tfranking-venv` prints it), not the 
 INPUTS.npz holds `num_batches`; for each batch i, `labels_i` and `scores_i` (float32 [B, L],
 label −1 on padded slots) and `distinct_labels_i` (the same padding, no tied labels within a
 list, for ListMLE); and the settings `alphas` (ApproxNDCG slopes, temperature = 1/alpha),
-`ndcg_topns` (0 = whole list) and `precision_topns`.
+`ndcg_topns` (0 = whole list) and `precision_topns`; for the batches i < `num_new_metric_batches`,
+`subtopics_i` (float32 [B, L, T], 0/1 per subtopic on real documents, −1 on every subtopic of a
+padded one), and `cutoff_topns` (0 = whole list), the cut-offs of the metrics listed last below.
 
 OUTPUTS.npz holds, per batch i, TF-Ranking's raw values — no normalisation is undone here, so
 the caller states and applies every convention:
@@ -24,8 +26,12 @@ the caller states and applies every convention:
   from the Keras metric's own `_metric.compute` (the values its `Mean` averages), and
   `{metric}_result_i` the Keras metric's result on the batch (its `update_state` feeds exactly
   these values and weights to `tf.keras.metrics.Mean`).
+- The same three outputs, for the batches i < `num_new_metric_batches`, of `recall_k`,
+  `hits_k`, `dcg_k`, `map_k`, `mrr_k`, `alpha_dcg_k`, `precision_ia_k` (k from `cutoff_topns`;
+  the last two on `subtopics_i`), `arp` and `opa`.
 
-It also stores `versions`, the TensorFlow and TF-Ranking versions it ran with.
+It also stores `versions`, the TensorFlow and TF-Ranking versions it ran with, and
+`keras_metric_classes`, the names of `tfr.keras.metrics`' metric classes.
 
 With `loss_cases` (a JSON list of `[name, kind, class, kwargs, lambda_weight class or null,
 lambda_weight kwargs]`, a string kwarg `"fn:NAME"` naming `tfr.keras.utils.NAME`), `loss_labels`,
@@ -65,6 +71,39 @@ def metrics_under_test(ndcg_topns, precision_topns):
     return found
 
 
+# The metrics of the batches i < num_new_metric_batches: name → (class, takes a cut-off).
+NEW_METRICS = {
+    "recall": (tfr.keras.metrics.RecallMetric, True), "hits": (tfr.keras.metrics.HitsMetric, True),
+    "dcg": (tfr.keras.metrics.DCGMetric, True),
+    "map": (tfr.keras.metrics.MeanAveragePrecisionMetric, True),
+    "mrr": (tfr.keras.metrics.MRRMetric, True), "arp": (tfr.keras.metrics.ARPMetric, False),
+    "opa": (tfr.keras.metrics.OPAMetric, False),
+    "alpha_dcg": (tfr.keras.metrics.AlphaDCGMetric, True),
+    "precision_ia": (tfr.keras.metrics.PrecisionIAMetric, True),
+}
+SUBTOPIC_METRICS = ("alpha_dcg", "precision_ia")
+
+
+def new_metrics_under_test(cutoff_topns):
+    """Returns {output name: TF-Ranking Keras metric} for the metrics of `NEW_METRICS`."""
+    found = {}
+    for name, (cls, takes_topn) in NEW_METRICS.items():
+        for k in (cutoff_topns if takes_topn else [None]):
+            found[name if k is None else f"{name}_{k}"] = (
+                cls(topn=int(k) or None) if takes_topn else cls())
+    return found
+
+
+def compute(metric, labels, scores, mean):
+    """Returns (per-list values, per-list weights, result) of `metric` on one batch: what
+    `metric.update_state(labels, scores)` does, without its per-call autograph conversion
+    (which takes most of the time): compute, then a weighted `Mean`."""
+    values, weights = metric._metric.compute(labels, scores, None)
+    mean.reset_state()
+    mean.update_state(values, sample_weight=weights)
+    return per_list(values), per_list(weights), np.float64(mean.result().numpy())
+
+
 def per_list(values):
     return np.asarray(values, dtype=np.float64).reshape(-1)
 
@@ -80,6 +119,7 @@ def reference_values(inputs):
         reduction=NONE, lambda_weight=tfr.keras.losses.NDCGLambdaWeight(
             topn=int(k) or None, smooth_fraction=1.0)) for k in inputs["ndcg_topns"]]
     metrics = metrics_under_test(inputs["ndcg_topns"], inputs["precision_topns"])
+    new_metrics = new_metrics_under_test(inputs["cutoff_topns"])
     mean = tf.keras.metrics.Mean()
     out = {}
     for i in range(int(inputs["num_batches"])):
@@ -95,14 +135,18 @@ def reference_values(inputs):
         distinct = tf.constant(inputs[f"distinct_labels_{i}"], tf.float32)
         out[f"listmle_{i}"] = per_list(listmle(distinct, scores))
         for name, metric in metrics.items():
-            # What `metric.update_state(labels, scores)` does, without its per-call autograph
-            # conversion (which takes most of the time): compute, then a weighted `Mean`.
-            values, weights = metric._metric.compute(labels, scores, None)
-            out[f"{name}_{i}"] = per_list(values)
-            out[f"{name}_weight_{i}"] = per_list(weights)
-            mean.reset_state()
-            mean.update_state(values, sample_weight=weights)
-            out[f"{name}_result_{i}"] = np.float64(mean.result().numpy())
+            out[f"{name}_{i}"], out[f"{name}_weight_{i}"], out[f"{name}_result_{i}"] = compute(
+                metric, labels, scores, mean)
+        if i >= int(inputs["num_new_metric_batches"]):
+            continue
+        subtopics = tf.constant(inputs[f"subtopics_{i}"], tf.float32)
+        for name, metric in new_metrics.items():
+            given = subtopics if name.startswith(SUBTOPIC_METRICS) else labels
+            out[f"{name}_{i}"], out[f"{name}_weight_{i}"], out[f"{name}_result_{i}"] = compute(
+                metric, given, scores, mean)
+    out["keras_metric_classes"] = np.array(sorted(
+        name for name, value in vars(tfr.keras.metrics).items() if isinstance(value, type)
+        and issubclass(value, tf.keras.metrics.Metric) and not name.startswith("_")))
     if "loss_cases" in inputs:
         out.update(loss_case_values(inputs))
     out["versions"] = np.array([importlib.metadata.version("tensorflow"),

@@ -60,6 +60,8 @@ def measure_metric(name: str) -> metrics.RankingMetric:
     if name.lower().startswith("approx"):
         raise ValueError(f"measure must be an exact measure, one of {MEASURES}; got {name!r}")
     try:
+        if name.lower().partition("@")[0] not in ("map", "ndcg", "p", "mrr"):  # E in [0, 1]
+            raise ValueError(name)
         return metrics.get(name)
     except ValueError:
         raise ValueError(f"measure must be one of {MEASURES}; got {name!r}") from None

@@ -22,14 +22,15 @@ def _static_shape(x):
     return tuple(x.shape)
 
 
-def standardize(y_true, y_pred):
+def standardize(y_true, y_pred, ragged=False):
     """Returns `(labels, mask, scores)`: float32 `[B, L]`, bool `[B, L]`, float32 `[B, L]`.
 
     `y_true` is a `[B, L]` tensor of graded labels (a label < 0 marks padding) or a dict
     `{"labels": [B, L], "mask": [B, L]}`; `y_pred` is `[B, L]` or `[B, L, 1]`. Padded slots get
     label 0 and score 0, so a NaN or huge value there cannot reach any value or gradient.
     A NaN label is not a padding marker: it stays, on a real document, for `nan_input_lists` to
-    find. Scores in float16/bfloat16 are computed in float32.
+    find. Scores in float16/bfloat16 are computed in float32. With `ragged=True`, any of them
+    may be a `tf.RaggedTensor` `[B, (L)]` (`dense_lists`).
     """
     if isinstance(y_true, dict):
         if "labels" not in y_true:
@@ -39,6 +40,8 @@ def standardize(y_true, y_pred):
         labels, mask = y_true["labels"], y_true.get("mask")
     else:
         labels, mask = y_true, None
+    if ragged:
+        labels, mask, y_pred = dense_lists(labels, mask, y_pred)
     for what, tensor in (("y_true (labels)", labels), ("y_true['mask']", mask),
                          ("y_pred (scores)", y_pred)):
         _check_dense(what, tensor)
@@ -70,14 +73,74 @@ def standardize(y_true, y_pred):
     return labels, valid, scores
 
 
+def _is_ragged(tensor):
+    """Whether `tensor` is a `tf.RaggedTensor` (False without TensorFlow imported)."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(tensor, tf.RaggedTensor)
+
+
+def dense_lists(labels, mask, scores):
+    """Returns `(labels, mask, scores)` with each `tf.RaggedTensor` `[B, (L), ...]` among them made
+    dense, as TF-Ranking's `ragged=True` does: the slots past a list's end get label −1 (padding),
+    mask False and score 0, and the ragged ones are padded to the width of a dense one beside
+    them (a model's `[B, L]` scores beside ragged labels). Tensors that are not ragged pass as
+    they are; TensorFlow is needed only when one is ragged, so this runs on every backend."""
+    if not any(_is_ragged(t) for t in (labels, mask, scores)):
+        return labels, mask, scores
+    dense_width = next((t.shape[1] if t.shape[1] is not None else ops.shape(t)[1]
+                        for t in (labels, scores) if t is not None and not _is_ragged(t)), None)
+
+    def to_dense(tensor, fill):
+        return _ragged_to_dense(tensor, fill, dense_width) if _is_ragged(tensor) else tensor
+
+    return to_dense(labels, -1.0), to_dense(mask, False), to_dense(scores, 0.0)
+
+
+def _ragged_to_dense(ragged, fill, width=None):
+    """Returns a `tf.RaggedTensor` `[B, (L), ...]` as a dense `[B, width, ...]` (width: its longest
+    row when None), `fill` past each row's end.
+
+    Work-around: `RaggedTensor.to_tensor` has no XLA kernel (RaggedTensorToTensor), and Keras
+    compiles `model.fit` with XLA by default; so one gather of the values, O(B·width), which XLA
+    compiles. Remove when TensorFlow registers an XLA kernel for RaggedTensorToTensor
+    (`test_ragged_targets_train_under_xla` then passes with `to_tensor` too).
+    """
+    tf = sys.modules["tensorflow"]
+    if ragged.ragged_rank != 1:
+        raise ValueError(f"ragged lists must be [batch, (list_size), ...] with one ragged "
+                         f"dimension; got ragged_rank {ragged.ragged_rank}")
+    lengths = ragged.row_lengths()
+    longest = tf.reduce_max(tf.concat([lengths, [0]], axis=0))
+    if width is None:
+        width = longest
+    else:
+        width = tf.cast(width, lengths.dtype)
+        known = _known_values(longest - width)
+        if known is not None and known > 0:
+            raise ValueError(f"a ragged list has {int(known)} more entries than the dense "
+                             "tensor beside it has slots: labels and scores must hold the same "
+                             "lists")
+    slots = tf.range(width, dtype=lengths.dtype)
+    inside = slots[None, :] < lengths[:, None]
+    values = ragged.values
+    # past a row's end, the index of one extra value: `fill`
+    padded = tf.concat([values, tf.fill(tf.concat([[1], tf.shape(values)[1:]], 0),
+                                        tf.cast(fill, values.dtype))], axis=0)
+    beyond = tf.cast(tf.shape(values)[0], lengths.dtype)
+    index = tf.where(inside, ragged.row_starts()[:, None] + slots[None, :], beyond)
+    return tf.gather(padded, index)
+
+
 def _check_dense(what, tensor):
-    """Raises ValueError for a ragged or sparse TensorFlow tensor: lists are dense `[B, L]`."""
+    """Raises ValueError for a ragged or sparse TensorFlow tensor: lists are dense `[B, L]`
+    unless the loss or metric was built with `ragged=True`."""
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(tensor, (tf.RaggedTensor, tf.SparseTensor)):
         raise ValueError(
             f"{what} is a {type(tensor).__name__} of shape {_static_shape(tensor)}; pass a dense "
             "[batch, list_size] tensor, padded with label -1 (e.g. "
-            "`labels.to_tensor(default_value=-1.0)`, scores with `.to_tensor()`)")
+            "`labels.to_tensor(default_value=-1.0)`, scores with `.to_tensor()`), or build the "
+            "loss or metric with `ragged=True`")
 
 
 def list_weights(sample_weight, per_list):
@@ -125,6 +188,8 @@ def nan_input_lists(labels, scores):
     Such a list's loss and metric are NaN, so bad inputs are seen (by
     `keras.callbacks.TerminateOnNaN`, say) instead of silently ranked.
     """
+    if len(labels.shape) == 3:  # subtopic labels [B, L, T]
+        labels = ops.sum(labels, axis=-1)
     return ops.any(ops.logical_or(ops.isnan(labels), ops.isnan(scores)), axis=-1)
 
 
@@ -298,7 +363,10 @@ def safe_divide(numerator, denominator):
 
 
 def binary_relevance(labels, mask, threshold):
-    """Returns r(x) = 1{label ≥ threshold} on real documents, as float."""
+    """Returns r(x) = 1{label ≥ threshold} on real documents, as float (labels `[B, L]`, or
+    `[B, L, T]` with one label per subtopic)."""
+    if len(labels.shape) == 3:
+        mask = ops.expand_dims(mask, -1)
     return ops.cast(ops.logical_and(mask, ops.greater_equal(labels, threshold)), COMPUTE_DTYPE)
 
 

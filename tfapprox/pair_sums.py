@@ -523,6 +523,21 @@ def higher_counts(values, pairwise="auto"):
                                         (values,), (float("-inf"),)))
 
 
+def concordant_counts(labels, scores, pairwise="auto"):
+    """Returns #{real j: l_j > l_k and s_j > s_k} for each k, float `[B, L]` (padded slots hold
+    label −inf), dense or in blocks of columns as `pairwise` says, as `higher_counts`."""
+    def concordant_in(column_labels, column_scores):
+        above = ops.logical_and(
+            ops.greater(ops.expand_dims(column_labels, 1), ops.expand_dims(labels, 2)),
+            ops.greater(ops.expand_dims(column_scores, 1), ops.expand_dims(scores, 2)))
+        return ops.sum(ops.cast(above, COMPUTE_DTYPE), axis=-1)
+
+    return _dense_or_blocked(
+        pairwise, labels, lambda: concordant_in(labels, scores),
+        lambda: _sum_over_column_blocks(lambda columns: concordant_in(*columns),
+                                        (labels, scores), (float("-inf"), 0.0)))
+
+
 # Counted orders. XLA's sort is slow on CPU: under XLA, lists of up to this static size are
 # ordered by O(L²) comparisons instead (0 always sorts). Measured on CPU only (module docstring);
 # on a device with a fast sort, check it with `benchmarks/losses.py --counted-order-up-to 0`.

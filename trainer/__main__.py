@@ -149,10 +149,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--epochs", type=int)
     g.add_argument("--seed", type=int)
     g.add_argument("--select-metric", help="validation metric for model selection and early "
-                   "stopping: ndcg@k, map, p@k, mrr (default ndcg@5)")
+                   "stopping: a --metrics name that is better when larger (default ndcg@5)")
     g.add_argument("--patience", type=int, help="epochs without improvement before stopping; 0 never")
     g.add_argument("--metrics", type=_comma_list, action="extend",
-                   help="reported metrics, comma-separated (repeatable)")
+                   help="reported metrics, comma-separated (repeatable): tfapprox.metrics.get "
+                   "names, TF-Ranking's keys among them, with an optional @k cut-off, e.g. "
+                   "ndcg@10,ordered_pair_accuracy,err,recall@10,arp")
 
     g = common.add_argument_group("run")
     g.add_argument("--run-dir", help="checkpoint, TensorBoard logs and results (default runs/demo); "

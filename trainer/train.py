@@ -374,6 +374,10 @@ def check_components(config: Config) -> None:
     parameter."""
     from tfapprox import adarank, losses, models
 
+    select = _metrics([config.train.select_metric], config)[0]
+    if not getattr(select, "larger_is_better", True):
+        raise ValueError(f"select_metric {config.train.select_metric!r} is better when lower; "
+                         "selection and early stopping keep the largest value: choose another")
     if config.model.kind == "adarank":
         adarank.measure_metric(config.model.adarank_measure)
         adarank.measure_metric(config.train.select_metric)

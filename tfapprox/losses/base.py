@@ -23,6 +23,7 @@ stops training. Labels of 128 and more (2^128 overflows float32) are fine: see
 - `None` or `"none"`: one value per list, `[B]`.
 """
 
+import functools
 import math
 
 import keras
@@ -92,12 +93,33 @@ def slope(alpha, temperature):
 
 
 class RankingLoss(keras.losses.Loss):
-    """Base class: standardises inputs, asks the subclass for per-list values, reduces them."""
+    """Base class: standardises inputs, asks the subclass for per-list values, reduces them.
+
+    Every loss also takes `ragged=True` (keyword only), as TF-Ranking's do: labels and scores may
+    then be `tf.RaggedTensor` `[B, (L)]`, made dense in one place (`tfapprox.ops.dense_lists`)."""
 
     def __init__(self, reduction="sum_over_batch_size", name=None, dtype=None):
         if reduction not in REDUCTIONS:
             raise ValueError(f"`reduction` must be one of {REDUCTIONS}; got {reduction!r}")
         super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.ragged = False
+
+    def __init_subclass__(cls, **kwargs):
+        """Gives each subclass's constructor the keyword `ragged`, so no constructor repeats it."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+
+        @functools.wraps(init)
+        def init_taking_ragged(self, *args, ragged=False, **kwargs):
+            init(self, *args, **kwargs)
+            self.ragged = bool(ragged)
+
+        cls.__init__ = init_taking_ragged
+
+    def get_config(self):
+        return {**super().get_config(), **({"ragged": True} if self.ragged else {})}
 
     def per_list(self, labels, mask, scores):
         """Returns `(loss [B], has_loss [B] bool)` from standardised inputs; `has_loss` None
@@ -109,7 +131,7 @@ class RankingLoss(keras.losses.Loss):
         """Returns the loss of each list (0 where it has none, NaN where a real document's label
         or score is NaN) and whether it has one, `[B]`. A list whose real documents all share
         one label has none, whatever `per_list` says: every order of it is ideal."""
-        labels, mask, scores = rank_ops.standardize(y_true, y_pred)
+        labels, mask, scores = rank_ops.standardize(y_true, y_pred, ragged=self.ragged)
         loss, has_loss = self.per_list(labels, mask, scores)
         has_pairs = rank_ops.has_label_pairs(labels, mask)
         has_loss = has_pairs if has_loss is None else ops.logical_and(has_loss, has_pairs)

@@ -33,11 +33,14 @@ module settings read when a function is traced, so a run on another device (a GP
 other path (`benchmarks/losses.py`).
 """
 
+import contextlib
+
 import keras
 import numpy as np
 from keras import ops
 
 COMPUTE_DTYPE = "float32"
+LARGEST_FLOAT32 = 3.4028234663852886e38
 
 
 def compiled_by_xla():
@@ -53,6 +56,31 @@ def compiled_by_xla():
         return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
     except (ImportError, AttributeError):
         return False
+
+
+# Paths taken: every compiled-mode choice goes through `xla_path`, which records it for
+# `recording_paths` while a function is traced, so a test (or benchmarks/losses.py) can see which
+# paths a loss took under `jax.jit` or `jit_compile=True` without timing it.
+_RECORDINGS = []
+
+
+def xla_path(what):
+    """Returns `compiled_by_xla()`, recording "`what`: XLA" or "`what`: no XLA"."""
+    compiled = compiled_by_xla()
+    for taken in _RECORDINGS:
+        taken.append(f"{what}: {'XLA' if compiled else 'no XLA'}")
+    return compiled
+
+
+@contextlib.contextmanager
+def recording_paths():
+    """Yields a list that collects the `xla_path` choices made while tracing inside the block."""
+    taken = []
+    _RECORDINGS.append(taken)
+    try:
+        yield taken
+    finally:
+        _RECORDINGS.remove(taken)
 
 
 # Pairwise sums (Σ_j f(x_k, x_j) for every k) over lists longer than BLOCKED_ABOVE documents are
@@ -187,7 +215,7 @@ def short_list_without_xla(values):
     compile them: there TensorFlow's per-op cost rules, and a small matmul beats a cumulative
     sum (`running_sums`)."""
     return (values.shape[1] is not None and values.shape[1] <= ELEMENTWISE_SUMS_UP_TO
-            and not compiled_by_xla())
+            and not xla_path("short-list kernels"))
 
 
 def running_sums(values, reverse=False):
@@ -276,14 +304,12 @@ def first_or_fallback(use_first, first, fallback, *inputs):
 FACTORED_EXPONENTIALS = True
 
 
-def _factored_or_per_pair(fits, of, by_factors, by_pairs, *inputs):
-    """Returns `of(by_factors, *inputs)` where the bool scalar `fits` is True, else
-    `of(by_pairs, *inputs)` (`first_or_fallback`); always the latter without
-    FACTORED_EXPONENTIALS."""
+def _factored_or_per_pair(fits, by_factors, by_pairs, *inputs):
+    """Returns `by_factors(*inputs)` where the bool scalar `fits` is True, else
+    `by_pairs(*inputs)` (`first_or_fallback`); always the latter without FACTORED_EXPONENTIALS."""
     if not FACTORED_EXPONENTIALS:
-        return of(by_pairs, *inputs)
-    return first_or_fallback(fits, lambda *given: of(by_factors, *given),
-                             lambda *given: of(by_pairs, *given), *inputs)
+        return by_pairs(*inputs)
+    return first_or_fallback(fits, by_factors, by_pairs, *inputs)
 
 
 def _exponential_factors(values):
@@ -297,6 +323,19 @@ def _exponential_factors(values):
     center = ops.where(ops.isfinite(top + bottom), 0.5 * (top + bottom), 0.0)
     offset = ops.clip(values - center, -EXP_LIMIT, EXP_LIMIT)
     return ops.all(top - bottom <= 2.0 * EXP_LIMIT), ops.exp(offset), ops.exp(-offset)
+
+
+# Separate passes (an XLA-on-CPU work-around, JAX's XLA since jaxlib 0.8 or so; TensorFlow 2.21's
+# XLA does not do this). XLA hands every reduction over 4096 or more elements to YNNPACK, whose
+# fusions take float arithmetic and exp/log (no compare, select or sign of a bool) and do not
+# share a pair-shaped operand with another fusion: whatever a fusion cannot take is first written
+# out as a [B, L, L] tensor. With `ops.where` masks, and the forward and backward passes both
+# broadcasting the same per-document vectors (which XLA then computes once, for both), RankNet's
+# and ApproxNDCG's steps at list 1000 wrote three and two such tensors. So the XLA kernels below
+# mask pairs by products of signs, and the two passes broadcast different vectors (e^{v−c} forward,
+# e^{c−v} backward; w forward, −w backward). `tests/test_ops.py` checks, from the compiled HLO, that
+# no [B, L, L] tensor is written under `jax.jit`; when XLA's CPU fusions take selects and
+# shared operands, the masks can go back to `ops.where`.
 
 
 def _dense_sigmoid_sums(values, weights, factored=True):
@@ -313,7 +352,7 @@ def _dense_sigmoid_sums(values, weights, factored=True):
     rebuilds p instead of keeping a [B, L, L] tensor, and takes σ' as p·σ² (p capped at 1e30,
     where σ' < 1e-30), accurate where σ is near 0 and near 1.
     """
-    if not compiled_by_xla():
+    if not xla_path("sigmoid sums"):
         sigmoid = ops.sigmoid(_differences(values, values))
 
         def gradient_from_sigmoid(upstream):  # w_k·Σ_j σ'_kj g_j − g_k·Σ_j σ'_kj w_j
@@ -325,29 +364,41 @@ def _dense_sigmoid_sums(values, weights, factored=True):
     fixed = ops.stop_gradient(values)
     fits, above, below = _exponential_factors(fixed)
 
-    def by_factors(values):
+    def sums_by_factors(values, weights):  # σ(v_j − v_k) = a_j / (a_j + a_k)
         del values  # the factors hold them
-        return ops.expand_dims(above, 2) * ops.expand_dims(below, 1)
+        return ops.sum(ops.expand_dims(weights * above, 1)
+                       / (ops.expand_dims(above, 1) + ops.expand_dims(above, 2)), axis=-1)
 
-    def by_pairs(values):
-        return ops.exp(-_differences(values, values))
+    def sums_by_pairs(values, weights):  # σ(v_j − v_k) = 1 / (1 + p)
+        return ops.sum(ops.expand_dims(weights, 1) / (1.0 + ops.exp(-_differences(values, values))),
+                       axis=-1)
 
-    def sums(exponentials, values, weights):
-        return ops.sum(ops.expand_dims(weights, 1) / (1.0 + exponentials(values)), axis=-1)
+    def pulled_back_by_factors(values, weights, upstream):  # σ' = u(1 − u), u = b_k / (b_j + b_k)
+        del values  # the factors hold them
+        share = ops.expand_dims(below, 2) / (ops.expand_dims(below, 1) + ops.expand_dims(below, 2))
+        return ops.sum(share * (1.0 - share) * _pair_upstream(weights, upstream), axis=-1)
 
-    def pulled_back(exponentials, values, weights, upstream):
-        ratio = ops.minimum(exponentials(values), 1e30)
+    def pulled_back_by_pairs(values, weights, upstream):  # σ' = p / (1 + p)², p from −v
+        negated = -values
+        ratio = ops.minimum(ops.exp(_differences(negated, negated)), 1e30)
         sigmoid = 1.0 / (1.0 + ratio)
-        pair_upstream = (ops.expand_dims(weights, 2) * ops.expand_dims(upstream, 1)
-                         - ops.expand_dims(upstream, 2) * ops.expand_dims(weights, 1))
-        return ops.sum(ratio * sigmoid * sigmoid * pair_upstream, axis=-1)
+        return ops.sum(ratio * sigmoid * sigmoid * _pair_upstream(weights, upstream), axis=-1)
 
-    def either(of, *inputs):
+    def either(by_factors, by_pairs, *inputs):
         if not factored:
-            return of(by_pairs, fixed, *inputs)
-        return _factored_or_per_pair(fits, of, by_factors, by_pairs, fixed, *inputs)
+            return by_pairs(fixed, *inputs)
+        return _factored_or_per_pair(fits, by_factors, by_pairs, fixed, *inputs)
 
-    return either(sums, weights), lambda upstream: either(pulled_back, weights, upstream)
+    return (either(sums_by_factors, sums_by_pairs, weights),
+            lambda upstream: either(pulled_back_by_factors, pulled_back_by_pairs, weights,
+                                    upstream))
+
+
+def _pair_upstream(weights, upstream):
+    """Returns w_k·g_j − g_k·w_j `[B, K, J]`, broadcasting −w where the forward pass broadcasts w
+    ("Separate passes")."""
+    return (ops.expand_dims(weights, 2) * ops.expand_dims(upstream, 1)
+            + ops.expand_dims(upstream, 2) * ops.expand_dims(-weights, 1))
 
 
 def sigmoid_pair_sums(values, weights=None, pairwise="auto", factored=True):
@@ -417,7 +468,7 @@ def _dense_logistic_sums(scores, ranked):
     takes σ(d) = p·q and 1 − σ(d) = q = 1/(1 + p) (p capped at 1e30, where σ rounds to 1),
     keeping no [B, L, L] tensor.
     """
-    if not compiled_by_xla():
+    if not xla_path("logistic sums"):
         difference = _differences(scores, scores)
         # pairs masked by a 0/1 product, cheaper than `ops.where` with its broadcast 0 (finite
         # scores make finite products)
@@ -439,46 +490,61 @@ def _dense_logistic_sums(scores, ranked):
 
     fixed = ops.stop_gradient(scores)
     fits, above, below = _exponential_factors(fixed)
-    chunked = _in_log_chunks(ops.stack([above, below], axis=-1), 1.0)
+    chunked_above, chunked_below = _in_log_chunks(above, 1.0), _in_log_chunks(below, 1.0)
+    # pairs masked by 0/1 signs, not selected ("Separate passes"): 1{k is above j} =
+    # max(sign(upper_k − lower_j), 0), a document in no pair (padded, or of a NaN label) holding
+    # upper −inf and lower +inf, real labels (≥ 0) held finite so that no difference is NaN
+    finite = ops.minimum(ranked, LARGEST_FLOAT32)
+    as_upper = ops.where(ops.isnan(ranked), float("-inf"), finite)
+    as_lower = ops.where(ops.isnan(ranked), float("inf"), finite)
 
     def smalls_by_factors(difference):
         del difference  # the factors hold it
-        return ops.minimum(ops.expand_dims(below, (1, 2)) * chunked[..., 0],
-                           ops.expand_dims(above, (1, 2)) * chunked[..., 1])
+        return ops.minimum(ops.expand_dims(below, (1, 2)) * chunked_above,
+                           ops.expand_dims(above, (1, 2)) * chunked_below)
 
     def smalls_by_pairs(difference):
         return ops.exp(-ops.abs(difference))
 
-    def sums(smalls, scores, ranked):  # pairs [b, c, m, k]: column j = (c, m), row k last
+    def sums(smalls, scores, as_upper, as_lower):  # pairs [b, c, m, k]: column j = (c, m), row k
         difference = _in_log_chunks(scores, 0.0) - ops.expand_dims(scores, (1, 2))
-        higher = ops.expand_dims(ranked, (1, 2)) > _in_log_chunks(ranked, float("nan"))
-        small = ops.where(higher, smalls(difference), 0.0)
-        rise = ops.where(higher, ops.maximum(difference, 0.0), 0.0)
+        higher = ops.maximum(ops.sign(ops.expand_dims(as_upper, (1, 2))
+                                      - _in_log_chunks(as_lower, float("inf"))), 0.0)
+        small = higher * smalls(difference)
+        rise = ops.maximum(higher * difference, 0.0)
         width = LOG_CHUNK
         while width > 1:  # (1 + a)(1 + b) = 1 + (a + b(1 + a))
             width //= 2
             small = small[:, :, :width] + small[:, :, width:] * (1.0 + small[:, :, :width])
             rise = rise[:, :, :width] + rise[:, :, width:]
-        return ops.sum(rise[:, :, 0] + _log1p(small[:, :, 0]), axis=1)
+        return ops.sum(rise[:, :, 0] + ops.log1p(small[:, :, 0]), axis=1)
 
-    def ratios_by_factors(scores):
+    def gradient(shares, scores, as_upper, as_lower, upstream):
+        k_is_lower = ops.maximum(ops.sign(ops.expand_dims(as_upper, 1)
+                                          - ops.expand_dims(as_lower, 2)), 0.0)
+        k_is_upper = ops.maximum(ops.sign(ops.expand_dims(as_upper, 2)
+                                          - ops.expand_dims(as_lower, 1)), 0.0)
+        to_lower, to_upper = shares(scores)  # σ(s_k − s_j), σ(s_j − s_k)
+        return ops.sum(k_is_lower * ops.expand_dims(upstream, 1) * to_lower
+                       - k_is_upper * ops.expand_dims(upstream, 2) * to_upper, axis=-1)
+
+    def shares_by_factors(scores):  # σ(s_k − s_j) = a_k / (a_j + a_k), σ(s_j − s_k) = a_j / (…)
         del scores  # the factors hold them
-        return ops.expand_dims(below, 2) * ops.expand_dims(above, 1)
+        share = 1.0 / (ops.expand_dims(above, 1) + ops.expand_dims(above, 2))
+        return ops.expand_dims(above, 2) * share, ops.expand_dims(above, 1) * share
 
-    def ratios_by_pairs(scores):
-        return ops.exp(_differences(scores, scores))
+    def shares_by_pairs(scores):  # with p = e^{s_j − s_k}: 1 / (1 + p), p / (1 + p)
+        ratio = ops.minimum(ops.exp(_differences(scores, scores)), 1e30)
+        share = 1.0 / (1.0 + ratio)
+        return share, ratio * share
 
-    def gradient(ratios, scores, ranked, upstream):
-        ratio = ops.minimum(ratios(scores), 1e30)  # e^{s_j − s_k}
-        k_is_upper = ops.expand_dims(ranked, 2) > ops.expand_dims(ranked, 1)
-        k_is_lower = ops.expand_dims(ranked, 2) < ops.expand_dims(ranked, 1)
-        pulls = (ops.where(k_is_lower, ops.expand_dims(upstream, 1), 0.0)
-                 - ops.where(k_is_upper, ratio * ops.expand_dims(upstream, 2), 0.0))
-        return ops.sum(pulls / (1.0 + ratio), axis=-1)  # one reduction: one fused pass
+    def either(of, by_factors, by_pairs, *inputs):
+        return _factored_or_per_pair(fits, lambda *given: of(by_factors, *given),
+                                     lambda *given: of(by_pairs, *given), fixed, as_upper, as_lower,
+                                     *inputs)
 
-    return (_factored_or_per_pair(fits, sums, smalls_by_factors, smalls_by_pairs, fixed, ranked),
-            lambda upstream: _factored_or_per_pair(fits, gradient, ratios_by_factors,
-                                                   ratios_by_pairs, fixed, ranked, upstream))
+    return (either(sums, smalls_by_factors, smalls_by_pairs),
+            lambda upstream: either(gradient, shares_by_factors, shares_by_pairs, upstream))
 
 
 # Log chunks (XLA on CPU): one log per LOG_CHUNK pairs in `_dense_logistic_sums`; RankNet at list
@@ -531,7 +597,7 @@ COUNTED_ORDER_UP_TO = 128
 
 def counted_order_applies(values):
     """Whether `values` [B, L] are ordered by counting (`descending_positions_by_counting`)."""
-    return (compiled_by_xla() and values.shape[1] is not None
+    return (values.shape[1] is not None and xla_path("counted order")
             and values.shape[1] <= COUNTED_ORDER_UP_TO)
 
 
@@ -568,7 +634,8 @@ NETWORK_ORDER_UP_TO = 2 ** 14
 def network_order_applies(values):
     """Whether integer codes `[B, L]` are ordered by `descending_order_by_network`."""
     list_size = values.shape[1]
-    return compiled_by_xla() and list_size is not None and list_size <= NETWORK_ORDER_UP_TO
+    return (list_size is not None and xla_path("network order")
+            and list_size <= NETWORK_ORDER_UP_TO)
 
 
 def _network_size(list_size):

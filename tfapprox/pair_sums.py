@@ -40,7 +40,6 @@ import numpy as np
 from keras import ops
 
 COMPUTE_DTYPE = "float32"
-LARGEST_FLOAT32 = 3.4028234663852886e38
 
 
 def compiled_by_xla():
@@ -325,17 +324,19 @@ def _exponential_factors(values):
     return ops.all(top - bottom <= 2.0 * EXP_LIMIT), ops.exp(offset), ops.exp(-offset)
 
 
-# Separate passes (an XLA-on-CPU work-around, JAX's XLA since jaxlib 0.8 or so; TensorFlow 2.21's
-# XLA does not do this). XLA hands every reduction over 4096 or more elements to YNNPACK, whose
-# fusions take float arithmetic and exp/log (no compare, select or sign of a bool) and do not
-# share a pair-shaped operand with another fusion: whatever a fusion cannot take is first written
-# out as a [B, L, L] tensor. With `ops.where` masks, and the forward and backward passes both
-# broadcasting the same per-document vectors (which XLA then computes once, for both), RankNet's
-# and ApproxNDCG's steps at list 1000 wrote three and two such tensors. So the XLA kernels below
-# mask pairs by products of signs, and the two passes broadcast different vectors (e^{v−c} forward,
-# e^{c−v} backward; w forward, −w backward). `tests/test_ops.py` checks, from the compiled HLO, that
-# no [B, L, L] tensor is written under `jax.jit`; when XLA's CPU fusions take selects and
-# shared operands, the masks can go back to `ops.where`.
+# Separate passes (an XLA-on-CPU work-around, for JAX's XLA: jaxlib 0.10 does this, TensorFlow
+# 2.21's XLA does not). XLA hands every reduction over 4096 or more elements to YNNPACK, whose
+# fusions take float arithmetic and exp/log (no compare or select) and share no pair-shaped
+# operand with another fusion: whatever a fusion cannot take is first written out as a [B, L, L]
+# tensor. With the forward and backward passes of the σ sums broadcasting the same per-document
+# factors (which XLA then multiplies once, for both), ApproxNDCG's step at list 1000 wrote two
+# such tensors. So the σ sums below take σ(v_j − v_k) = a_j / (a_j + a_k) forward and
+# σ' = u(1 − u), u = b_k / (b_j + b_k), backward (a = e^{v−c}, b = e^{c−v}), and broadcast w
+# forward, −w backward; `tests/test_ops.py` checks from the compiled HLO that no [B, L, L] tensor
+# is written under `jax.jit`. RankNet's sums still write some: masked by products of signs
+# instead of `ops.where`, they wrote none, but ran no faster on JAX and 1.4× slower under
+# TensorFlow's XLA (docs/benchmarks.md, "JAX"). Remove this when XLA's CPU library fusions take
+# shared operands.
 
 
 def _dense_sigmoid_sums(values, weights, factored=True):
@@ -345,12 +346,14 @@ def _dense_sigmoid_sums(values, weights, factored=True):
     Not compiled by XLA, each op is a pass over the [B, L, L] pairs: one sigmoid kernel, kept
     for the backward pass (a matmul, or products in short lists: `_row_sums`). Compiled by XLA
     (JAX; TensorFlow with jit_compile), where the passes fuse and transcendental functions are the
-    cost, each σ(v_j − v_k) is 1 / (1 + p), p = e^{v_k − v_j}. When every list of the batch spans at
-    most 2·EXP_LIMIT, p is a product of two per-document factors (`_exponential_factors`): two
-    exps per document instead of one per pair. Wider batches take one exp per pair as well
-    (`_only_if`); with `factored=False`, every batch does, without that test. The backward pass
-    rebuilds p instead of keeping a [B, L, L] tensor, and takes σ' as p·σ² (p capped at 1e30,
-    where σ' < 1e-30), accurate where σ is near 0 and near 1.
+    cost, σ(v_j − v_k) = 1 / (1 + p), p = e^{v_k − v_j}. When every list of the batch spans at
+    most 2·EXP_LIMIT, p comes from per-document factors (`_exponential_factors`): two exps per
+    document instead of one per pair, σ = a_j / (a_j + a_k) forward and σ' = u(1 − u),
+    u = b_k / (b_j + b_k), backward, each factor ≤ e^EXP_LIMIT so that no sum overflows ("Separate
+    passes" says why two factor sets). Wider batches take one exp per pair as well (`_only_if`);
+    with `factored=False`, every batch does, without that test. The backward pass rebuilds the
+    pairs instead of keeping a [B, L, L] tensor; per pair it takes σ' as p·σ² (p capped at 1e30,
+    where σ' < 1e-30). Both ways σ' is accurate where σ is near 0 and near 1.
     """
     if not xla_path("sigmoid sums"):
         sigmoid = ops.sigmoid(_differences(values, values))
@@ -490,61 +493,49 @@ def _dense_logistic_sums(scores, ranked):
 
     fixed = ops.stop_gradient(scores)
     fits, above, below = _exponential_factors(fixed)
-    chunked_above, chunked_below = _in_log_chunks(above, 1.0), _in_log_chunks(below, 1.0)
-    # pairs masked by 0/1 signs, not selected ("Separate passes"): 1{k is above j} =
-    # max(sign(upper_k − lower_j), 0), a document in no pair (padded, or of a NaN label) holding
-    # upper −inf and lower +inf, real labels (≥ 0) held finite so that no difference is NaN
-    finite = ops.minimum(ranked, LARGEST_FLOAT32)
-    as_upper = ops.where(ops.isnan(ranked), float("-inf"), finite)
-    as_lower = ops.where(ops.isnan(ranked), float("inf"), finite)
+    chunked = _in_log_chunks(ops.stack([above, below], axis=-1), 1.0)
 
     def smalls_by_factors(difference):
         del difference  # the factors hold it
-        return ops.minimum(ops.expand_dims(below, (1, 2)) * chunked_above,
-                           ops.expand_dims(above, (1, 2)) * chunked_below)
+        return ops.minimum(ops.expand_dims(below, (1, 2)) * chunked[..., 0],
+                           ops.expand_dims(above, (1, 2)) * chunked[..., 1])
 
     def smalls_by_pairs(difference):
         return ops.exp(-ops.abs(difference))
 
-    def sums(smalls, scores, as_upper, as_lower):  # pairs [b, c, m, k]: column j = (c, m), row k
+    def sums(smalls, scores, ranked):  # pairs [b, c, m, k]: column j = (c, m), row k last
         difference = _in_log_chunks(scores, 0.0) - ops.expand_dims(scores, (1, 2))
-        higher = ops.maximum(ops.sign(ops.expand_dims(as_upper, (1, 2))
-                                      - _in_log_chunks(as_lower, float("inf"))), 0.0)
-        small = higher * smalls(difference)
-        rise = ops.maximum(higher * difference, 0.0)
+        higher = ops.expand_dims(ranked, (1, 2)) > _in_log_chunks(ranked, float("nan"))
+        small = ops.where(higher, smalls(difference), 0.0)
+        rise = ops.where(higher, ops.maximum(difference, 0.0), 0.0)
         width = LOG_CHUNK
         while width > 1:  # (1 + a)(1 + b) = 1 + (a + b(1 + a))
             width //= 2
             small = small[:, :, :width] + small[:, :, width:] * (1.0 + small[:, :, :width])
             rise = rise[:, :, :width] + rise[:, :, width:]
-        return ops.sum(rise[:, :, 0] + ops.log1p(small[:, :, 0]), axis=1)
+        return ops.sum(rise[:, :, 0] + _log1p(small[:, :, 0]), axis=1)
 
-    def gradient(shares, scores, as_upper, as_lower, upstream):
-        k_is_lower = ops.maximum(ops.sign(ops.expand_dims(as_upper, 1)
-                                          - ops.expand_dims(as_lower, 2)), 0.0)
-        k_is_upper = ops.maximum(ops.sign(ops.expand_dims(as_upper, 2)
-                                          - ops.expand_dims(as_lower, 1)), 0.0)
-        to_lower, to_upper = shares(scores)  # σ(s_k − s_j), σ(s_j − s_k)
-        return ops.sum(k_is_lower * ops.expand_dims(upstream, 1) * to_lower
-                       - k_is_upper * ops.expand_dims(upstream, 2) * to_upper, axis=-1)
-
-    def shares_by_factors(scores):  # σ(s_k − s_j) = a_k / (a_j + a_k), σ(s_j − s_k) = a_j / (…)
+    def ratios_by_factors(scores):
         del scores  # the factors hold them
-        share = 1.0 / (ops.expand_dims(above, 1) + ops.expand_dims(above, 2))
-        return ops.expand_dims(above, 2) * share, ops.expand_dims(above, 1) * share
+        return ops.expand_dims(below, 2) * ops.expand_dims(above, 1)
 
-    def shares_by_pairs(scores):  # with p = e^{s_j − s_k}: 1 / (1 + p), p / (1 + p)
-        ratio = ops.minimum(ops.exp(_differences(scores, scores)), 1e30)
-        share = 1.0 / (1.0 + ratio)
-        return share, ratio * share
+    def ratios_by_pairs(scores):
+        return ops.exp(_differences(scores, scores))
+
+    def gradient(ratios, scores, ranked, upstream):
+        ratio = ops.minimum(ratios(scores), 1e30)  # e^{s_j − s_k}
+        k_is_upper = ops.expand_dims(ranked, 2) > ops.expand_dims(ranked, 1)
+        k_is_lower = ops.expand_dims(ranked, 2) < ops.expand_dims(ranked, 1)
+        pulls = (ops.where(k_is_lower, ops.expand_dims(upstream, 1), 0.0)
+                 - ops.where(k_is_upper, ratio * ops.expand_dims(upstream, 2), 0.0))
+        return ops.sum(pulls / (1.0 + ratio), axis=-1)  # one reduction: one fused pass
 
     def either(of, by_factors, by_pairs, *inputs):
         return _factored_or_per_pair(fits, lambda *given: of(by_factors, *given),
-                                     lambda *given: of(by_pairs, *given), fixed, as_upper, as_lower,
-                                     *inputs)
+                                     lambda *given: of(by_pairs, *given), fixed, ranked, *inputs)
 
     return (either(sums, smalls_by_factors, smalls_by_pairs),
-            lambda upstream: either(gradient, shares_by_factors, shares_by_pairs, upstream))
+            lambda upstream: either(gradient, ratios_by_factors, ratios_by_pairs, upstream))
 
 
 # Log chunks (XLA on CPU): one log per LOG_CHUNK pairs in `_dense_logistic_sums`; RankNet at list

@@ -214,7 +214,7 @@ def short_list_without_xla(values):
     compile them: there TensorFlow's per-op cost rules, and a small matmul beats a cumulative
     sum (`running_sums`)."""
     return (values.shape[1] is not None and values.shape[1] <= ELEMENTWISE_SUMS_UP_TO
-            and not xla_path("short-list kernels"))
+            and not xla_path("running sums"))
 
 
 def running_sums(values, reverse=False):

@@ -19,6 +19,9 @@ them (figures from docs/benchmarks.md, "How" and "Long lists"):
 - Elementwise sums without XLA (ELEMENTWISE_SUMS_UP_TO, `_row_sums`): lists of a static size up
   to 32 sum their pairs by products instead of TensorFlow's batched matmul of small matrices
   (ApproxNDCG and RankNet 1.26× faster at list 10).
+- Separate passes under XLA (`_dense_sigmoid_sums`): the σ sums' forward and backward passes
+  take different factor sets and no select, so that JAX's XLA fuses each whole instead of first
+  writing [B, L, L] tensors (ApproxNDCG on JAX at list 1000 about 7× faster).
 - Log chunks under XLA (LOG_CHUNK, `_log1p`): RankNet takes one log per 8 pairs, 3.92× TF-Ranking
   at list 1000 where one log per pair gave 1.80×.
 - Counted orders under XLA (COUNTED_ORDER_UP_TO): lists of a static size up to 128 are ordered by
@@ -329,14 +332,14 @@ def _exponential_factors(values):
 # fusions take float arithmetic and exp/log (no compare or select) and share no pair-shaped
 # operand with another fusion: whatever a fusion cannot take is first written out as a [B, L, L]
 # tensor. With the forward and backward passes of the σ sums broadcasting the same per-document
-# factors (which XLA then multiplies once, for both), ApproxNDCG's step at list 1000 wrote two
-# such tensors. So the σ sums below take σ(v_j − v_k) = a_j / (a_j + a_k) forward and
-# σ' = u(1 − u), u = b_k / (b_j + b_k), backward (a = e^{v−c}, b = e^{c−v}), and broadcast w
-# forward, −w backward; `tests/test_ops.py` checks from the compiled HLO that no [B, L, L] tensor
-# is written under `jax.jit`. RankNet's sums still write some: masked by products of signs
-# instead of `ops.where`, they wrote none, but ran no faster on JAX and 1.4× slower under
+# factors (which XLA then multiplies once, for both), ApproxNDCG's step wrote two (list 64) or
+# three (list 1000) such tensors. So the σ sums below take σ(v_j − v_k) = a_j / (a_j + a_k)
+# forward and σ' = u(1 − u), u = b_k / (b_j + b_k), backward (a = e^{v−c}, b = e^{c−v}), and
+# broadcast w forward, −w backward; `tests/test_ops.py` checks from the compiled HLO that no
+# [B, L, L] tensor is written under `jax.jit`. RankNet's sums still write some: masked by products
+# of signs instead of `ops.where`, they wrote none, but ran no faster on JAX and 1.4× slower under
 # TensorFlow's XLA (docs/benchmarks.md, "JAX"). Remove this when XLA's CPU library fusions take
-# shared operands.
+# selects and shared operands.
 
 
 def _dense_sigmoid_sums(values, weights, factored=True):

@@ -1,7 +1,8 @@
 """Prints forward+backward throughput (lists/s) of every tfapprox loss beside TF-Ranking's.
 
-    python benchmarks/losses.py [--round-seconds 0.3] [--jit] [--unknown-list-size]
-                                [--no-tfranking] [--loss NAME ...]
+    python benchmarks/losses.py [--backend tensorflow|jax] [--round-seconds 0.3] [--jit]
+                                [--unknown-list-size] [--no-tfranking] [--no-peers]
+                                [--loss NAME ...]
                                 [--counted-order-up-to N] [--network-order-up-to N]
                                 [--per-pair-exps]
                                 [--elementwise-sums-up-to N]
@@ -32,6 +33,15 @@ given). All were chosen from CPU measurements: `--counted-order-up-to 0`,
 (a GPU) can check them. Without XLA, lists of a static size up to `ELEMENTWISE_SUMS_UP_TO` sum
 their pairs by products and reductions instead of batched matmuls (`--elementwise-sums-up-to 0`
 always takes the matmul).
+
+With `--backend jax` each loss runs on Keras' JAX backend instead: forward+backward under
+`jax.jit`, labels and scores passed as arguments (as Keras' JAX train step passes them; closed
+over, they become constants that XLA folds into [B, L, L] tensors). Beside it, in the same
+interleaved rounds: the same loss on TensorFlow with XLA (this script's `--serve --jit`, in a
+subprocess on the TensorFlow backend) and Rax 0.4's counterpart (`rax.approx_t12n(rax.ndcg_metric,
+temperature=0.1)`, `rax.pairwise_logistic_loss`, `rax.listmle_loss`; `--no-peers` times tfapprox
+alone). The path column lists the `tfapprox.pair_sums.xla_path` choices recorded while the step
+was traced. Rax calls `jax.util.wraps`, which current JAX no longer has: the script supplies one.
 """
 
 import argparse
@@ -40,16 +50,30 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
+from unittest import mock
 
-os.environ["KERAS_BACKEND"] = "tensorflow"
+
+def _backend_asked():
+    """Returns the Keras backend that `--backend` asks for, read before Keras is imported (the
+    TensorFlow backend when this file is imported)."""
+    if __name__ != "__main__":
+        return "tensorflow"
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow")
+    return parser.parse_known_args()[0].backend
+
+
+os.environ["KERAS_BACKEND"] = _backend_asked()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tfapprox import losses, pair_sums  # noqa: E402
 import pair_paths  # noqa: E402
 from limits import pairs_per_second  # noqa: E402
-from tfranking_losses import ROUNDS, SAME_NAMED, SIZES, GradientTimer, make_inputs  # noqa: E402
+from tfranking_losses import ROUNDS, SAME_NAMED, SIZES, GradientTimer, make_inputs, serve  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 HERE = pathlib.Path(__file__).resolve().parent
@@ -64,19 +88,11 @@ NOT_PAIRWISE = ("listmle", "weighted_listmle", "softmax_loss", "calibrated_softm
                 "sigmoid_cross_entropy_loss", "mean_squared_loss")
 
 
-class TFRankingServer:
-    """`benchmarks/tfranking_losses.py --serve` in the side venv: one timed round per request."""
+class RoundServer:
+    """A process that answers `LOSS LIST_SIZE` lines with the lists/s of one timed round each,
+    after a first line of versions (`tfranking_losses.serve`)."""
 
-    def __init__(self, round_seconds, jit_compile, unknown_list_size):
-        built = subprocess.run([str(REPO / ".ci" / "tfranking-venv")], capture_output=True,
-                               text=True)
-        if built.returncode != 0:
-            sys.exit(f"the TF-Ranking side venv could not be built:\n{built.stderr[-2000:]}\n"
-                     "(run with --no-tfranking to time tfapprox alone)")
-        python = built.stdout.strip().splitlines()[-1]
-        command = [python, str(HERE / "tfranking_losses.py"), "--serve",
-                   "--round-seconds", str(round_seconds)] + (["--jit"] if jit_compile else []) + (
-                       ["--unknown-list-size"] if unknown_list_size else [])
+    def __init__(self, command):
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
         self.versions = json.loads(self.read())
@@ -84,7 +100,7 @@ class TFRankingServer:
     def read(self):
         line = self.process.stdout.readline()
         if not line:
-            sys.exit(f"tfranking_losses.py --serve exited with {self.process.wait()}")
+            sys.exit(f"{self.process.args[1:3]} exited with {self.process.wait()}")
         return line
 
     def round(self, name, list_size):
@@ -95,6 +111,25 @@ class TFRankingServer:
     def close(self):
         self.process.stdin.close()
         self.process.wait()
+
+
+def tfranking_server(round_seconds, jit_compile, unknown_list_size):
+    """Returns `benchmarks/tfranking_losses.py --serve` in the side venv (built on first use)."""
+    built = subprocess.run([str(REPO / ".ci" / "tfranking-venv")], capture_output=True, text=True)
+    if built.returncode != 0:
+        sys.exit(f"the TF-Ranking side venv could not be built:\n{built.stderr[-2000:]}\n"
+                 "(run with --no-tfranking to time tfapprox alone)")
+    python = built.stdout.strip().splitlines()[-1]
+    return RoundServer([python, str(HERE / "tfranking_losses.py"), "--serve",
+                        "--round-seconds", str(round_seconds)]
+                       + (["--jit"] if jit_compile else [])
+                       + (["--unknown-list-size"] if unknown_list_size else []))
+
+
+def tensorflow_xla_server(round_seconds):
+    """Returns this script's `--serve --jit`: tfapprox's losses on TensorFlow with XLA."""
+    return RoundServer([sys.executable, str(pathlib.Path(__file__).resolve()), "--serve", "--jit",
+                        "--round-seconds", str(round_seconds)])
 
 
 def paths_taken(loss, inputs, jit_compile, unknown_list_size=False):
@@ -135,6 +170,136 @@ def measure(round_seconds, jit_compile, unknown_list_size, server, names):
     return rows
 
 
+class JaxGradientTimer(GradientTimer):
+    """`GradientTimer` on JAX: forward+backward of `loss(labels, scores)` (summed to a scalar)
+    under `jax.jit`, labels and scores passed as arguments."""
+
+    def __init__(self, loss, labels, scores, round_seconds=0.3):
+        import jax
+        import jax.numpy as jnp
+
+        self.labels, self.scores = jnp.asarray(labels), jnp.asarray(scores)
+        self.step = jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s))))
+        self.calibrate(round_seconds)
+
+    def call(self):
+        return self.step(self.scores, self.labels)[1].block_until_ready()
+
+
+def _give_jax_a_util_wraps():
+    """Supplies `jax.util.wraps` (gone from JAX's public API), which Rax 0.4's transformations
+    call to name the functions they return."""
+    import jax
+
+    if hasattr(jax, "util") and hasattr(jax.util, "wraps"):
+        return
+
+    def wraps(wrapped, namestr=None, docstr=None, **kwargs):
+        def named(function):
+            name = getattr(wrapped, "__name__", "function")
+            function.__name__ = name if namestr is None else namestr.format(fun=name)
+            doc = wrapped.__doc__ or ""
+            function.__doc__ = doc if docstr is None else docstr.format(fun=name, doc=doc,
+                                                                       **kwargs)
+            function.__wrapped__ = wrapped
+            return function
+        return named
+
+    jax.util = types.SimpleNamespace(wraps=wraps)
+
+
+def rax_counterparts():
+    """Returns {our loss name: (Rax function, loss(labels, scores))} with the same per-list
+    values up to reduction: ApproxNDCG at our α = 10 is temperature 0.1."""
+    _give_jax_a_util_wraps()
+    import rax
+
+    approx_ndcg = rax.approx_t12n(rax.ndcg_metric, temperature=0.1)
+    return {"approx_ndcg": ("approx_t12n(ndcg_metric)", lambda y, s: -approx_ndcg(s, y)),
+            "ranknet": ("pairwise_logistic_loss", lambda y, s: rax.pairwise_logistic_loss(s, y)),
+            "listmle": ("listmle_loss", lambda y, s: rax.listmle_loss(s, y))}
+
+
+def jax_paths_taken(loss, inputs):
+    """Returns the `pair_sums.xla_path` choices a forward+backward step of `loss` records while
+    `jax.jit` traces it, grouped by the path taken."""
+    import jax
+    import jax.numpy as jnp
+
+    if not hasattr(pair_sums, "recording_paths"):  # a tfapprox from before it recorded them
+        return "not recorded"
+    labels, scores = (jnp.asarray(x) for x in inputs)
+    with pair_sums.recording_paths() as taken:
+        jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s)))).lower(scores, labels)
+    by_path = {}
+    for choice in taken:
+        what, path = choice.rsplit(": ", 1)
+        by_path.setdefault(path, set()).add(what)
+    return "; ".join(f"{path}: {', '.join(sorted(whats))}" for path, whats in by_path.items()
+                     ) or "no compiled-mode choice"
+
+
+def measure_jax(round_seconds, server, counterparts, names):
+    """Returns [(loss, list size, JAX lists/s, TF+XLA lists/s or None, Rax function or None,
+    its lists/s or None, paths taken)]: the three timed in interleaved rounds."""
+    rows = []
+    for name in names:
+        loss = losses.LOSSES[name](**PARAMS.get(name, {}))
+        rax_name, rax_loss = counterparts.get(name, (None, None))
+        for list_size, batch_size in SIZES:
+            inputs = [x.numpy() for x in make_inputs(list_size, batch_size)]
+            paths = jax_paths_taken(loss, inputs)
+            timers = {"jax": JaxGradientTimer(loss, *inputs, round_seconds)}
+            if rax_loss:
+                timers["rax"] = JaxGradientTimer(rax_loss, *inputs, round_seconds)
+            rounds = {key: [] for key in (*timers, "tf")}
+            for _ in range(ROUNDS):
+                for key, timer in timers.items():
+                    rounds[key].append(timer.round())
+                if server:
+                    rounds["tf"].append(server.round(name, list_size))
+            best = {key: max(values) if values else None for key, values in rounds.items()}
+            rows.append((type(loss).__name__, list_size, best["jax"], best["tf"], rax_name,
+                         best.get("rax"), paths))
+            print(f"  {rows[-1]}", file=sys.stderr)
+    return rows
+
+
+def jax_table(rows):
+    """Returns the markdown table of `measure_jax`'s rows."""
+    lines = ["| loss | list size | batch | JAX lists/s | TF + XLA lists/s | JAX / TF-XLA | "
+             "Rax function | Rax lists/s | JAX / Rax | path |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+    for name, list_size, ours, tf_xla, rax_name, rax_speed, paths in rows:
+        line = f"| {name} | {list_size} | {dict(SIZES)[list_size]} | {ours:,.0f} |"
+        line += (f" {tf_xla:,.0f} | {ours / tf_xla:.2f}× |" if tf_xla else " | |")
+        line += (f" {rax_name} | {rax_speed:,.0f} | {ours / rax_speed:.2f}× |" if rax_speed
+                 else " | | |")
+        lines.append(f"{line} {paths} |")
+    return "\n".join(lines)
+
+
+def main_jax(args):
+    """`--backend jax`: prints `jax_table` for the losses asked for."""
+    import jax
+    import jaxlib
+
+    server = None if args.no_peers else tensorflow_xla_server(args.round_seconds)
+    counterparts = {} if args.no_peers else rax_counterparts()
+    rows = measure_jax(args.round_seconds, server, counterparts, args.loss)
+    against = ""
+    if server:
+        server.close()
+        import rax
+
+        against = (f"; TF + XLA: tfapprox on TensorFlow {server.versions['tensorflow']} "
+                   f"(`--serve --jit`, a subprocess); Rax {rax.__version__}")
+    print(f"Forward+backward lists/s (jax.jit, float32, CPU, {os.cpu_count()} cores, fastest of "
+          f"{ROUNDS} interleaved rounds): tfapprox on JAX {jax.__version__} (jaxlib "
+          f"{jaxlib.__version__}), Keras {keras.__version__}{against}.\n")
+    print(jax_table(rows))
+
+
 def table(rows, pair_limit):
     """Returns the markdown table of `measure`'s rows; `pair_limit` is the sigmoid pairs/s."""
     pairwise = {losses.LOSSES[name].__name__ for name in losses.LOSSES
@@ -156,6 +321,13 @@ def table(rows, pair_limit):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow",
+                        help="Keras backend of tfapprox's losses (jax: beside TF+XLA and Rax)")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="with --backend jax, time tfapprox alone (no TF+XLA, no Rax)")
+    parser.add_argument("--serve", action="store_true",
+                        help="answer `LOSS LIST_SIZE` requests on stdin with one round each (the "
+                        "TF+XLA peer of --backend jax)")
     parser.add_argument("--round-seconds", type=float, default=0.3,
                         help=f"length of each of the {ROUNDS} timed rounds (default 0.3)")
     parser.add_argument("--jit", action="store_true", help="compile with XLA (jit_compile)")
@@ -185,8 +357,16 @@ def main():
     pair_sums.COUNTED_ORDER_UP_TO = args.counted_order_up_to
     pair_sums.NETWORK_ORDER_UP_TO = args.network_order_up_to
     pair_sums.FACTORED_EXPONENTIALS = not args.per_pair_exps
-    server = None if args.no_tfranking else TFRankingServer(args.round_seconds, args.jit,
-                                                            args.unknown_list_size)
+    if args.serve:
+        serve(args.round_seconds, args.jit, args.unknown_list_size,
+              {name: losses.LOSSES[name](**PARAMS.get(name, {})) for name in losses.LOSSES},
+              {"tensorflow": tf.__version__, "keras": keras.__version__})
+        return
+    if args.backend == "jax":
+        main_jax(args)
+        return
+    server = None if args.no_tfranking else tfranking_server(args.round_seconds, args.jit,
+                                                             args.unknown_list_size)
     rows = measure(args.round_seconds, args.jit, args.unknown_list_size, server, args.loss)
     pair_limit = pairs_per_second("sigmoid", args.round_seconds)
     against = ""

@@ -57,6 +57,10 @@ class GradientTimer:
             return value, tape.gradient(value, scores)
 
         self.step = step
+        self.calibrate(round_seconds)
+
+    def calibrate(self, round_seconds):
+        """Compiles and warms up the step and picks how many calls make a round."""
         for _ in range(3):
             self.call()
         start, calls = time.perf_counter(), 0
@@ -101,10 +105,12 @@ def versions():
             for package in ("tensorflow", "tensorflow-ranking")}
 
 
-def serve(round_seconds, jit_compile, unknown_list_size):
-    """Answers `LOSS LIST_SIZE` lines on stdin with one round's lists/s each, until EOF."""
-    losses, timers = tfranking_losses(), {}
-    print(json.dumps(versions()), flush=True)
+def serve(round_seconds, jit_compile, unknown_list_size, losses=None, versions_line=None):
+    """Answers `LOSS LIST_SIZE` lines on stdin with one round's lists/s each, until EOF, after
+    a first line of versions; `losses` (name -> loss) default to TF-Ranking's
+    (`benchmarks/losses.py --serve` passes tfapprox's)."""
+    losses, timers = losses or tfranking_losses(), {}
+    print(json.dumps(versions_line or versions()), flush=True)
     for line in sys.stdin:
         name, list_size = line.split()
         key = name, int(list_size)

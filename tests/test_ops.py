@@ -3,13 +3,15 @@ sums of tfapprox.pair_sums (dense or blocked, factored or per pair)."""
 
 import gc
 import math
+import re
 import weakref
 
 import numpy as np
 import pytest
 from keras import ops
 
-from conftest import COMPILE_MODES, backend, loss_and_grad, to_numpy
+from conftest import COMPILE_MODES, backend, loss_and_grad, random_batch, to_numpy
+from tfapprox import losses
 from tfapprox import ops as rank_ops
 from tfapprox import pair_sums
 
@@ -396,3 +398,63 @@ def test_descending_order_is_a_stable_sort_and_gathers_within_lists(mode, unknow
         mode, unknown_shape)
     np.testing.assert_array_equal(np.argsort(places, axis=-1),
                                   np.argsort(-keys, axis=-1, kind="stable"))
+
+
+# Losses whose compiled-mode choices cover every `pair_sums.xla_path` caller: pair sums of σ
+# (ApproxNDCG, ApproxAP's two kinds) and of softplus (RankNet), ideal positions and DCG
+# (weighted RankNet), orders by network (ListMLE) and by counting (ApproxAP's exact ranks).
+LOSSES_BY_PATH = ("approx_ndcg", "approx_ap", "ranknet", "weighted_ranknet", "listmle")
+
+
+def _paths_traced(loss, mode):
+    """Returns the `pair_sums.xla_path` choices made while a forward+backward step of `loss` is
+    traced in `mode` (traced only: nothing is compiled or run)."""
+    labels, scores = random_batch(np.random.default_rng(0), batch=2, list_size=6)
+    with pair_sums.recording_paths() as taken:
+        if backend() == "jax":
+            import jax
+            import jax.numpy as jnp
+
+            jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s)))).lower(scores, labels)
+        else:
+            import tensorflow as tf
+
+            def step(y, s):
+                with tf.GradientTape() as tape:
+                    tape.watch(s)
+                    value = tf.reduce_sum(loss(y, s))
+                return value, tape.gradient(value, s)
+
+            tf.function(step, jit_compile=mode == "xla").get_concrete_function(
+                tf.constant(labels), tf.constant(scores))
+    return taken
+
+
+@pytest.mark.parametrize("mode", [m for m in COMPILE_MODES if m != "eager"])
+@pytest.mark.parametrize("name", LOSSES_BY_PATH)
+def test_compiled_losses_take_the_xla_paths(name, mode):
+    """Under `jax.jit` and `jit_compile=True` every compiled-mode choice of a loss takes its XLA
+    path, and in a TensorFlow graph that XLA does not compile, none does."""
+    taken = _paths_traced(losses.get(name), mode)
+    assert taken, "no compiled-mode choice was recorded"
+    expected = "no XLA" if mode == "graph" else "XLA"
+    assert {path.rsplit(": ", 1)[1] for path in taken} == {expected}, taken
+
+
+@pytest.mark.skipif(backend() != "jax", reason="reads the HLO that jax.jit compiles")
+@pytest.mark.parametrize("name", ["approx_ndcg", "approx_ap"])
+def test_jit_writes_no_tensor_of_sigmoid_pairs(name, rng):
+    """Under `jax.jit` the σ pair sums of a forward+backward step fuse whole: no fusion writes a
+    [B, L, L] tensor ("Separate passes" in `tfapprox.pair_sums`; RankNet's sums still do). 2 lists of 64 make 8192
+    pairs, enough for XLA to hand the reductions to YNNPACK (from 4096 elements)."""
+    import jax
+    import jax.numpy as jnp
+
+    loss = losses.get(name)
+    labels, scores = random_batch(rng, batch=2, list_size=64)
+    step = jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s))))
+    compiled = step.lower(scores, labels).compile().as_text()
+    pairs = re.compile(r"= \w+\[2,64,64\]")
+    written = [line.strip()[:160] for line in compiled.splitlines()
+               if " fusion(" in line and pairs.search(line)]
+    assert not written

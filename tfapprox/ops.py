@@ -216,7 +216,8 @@ def approx_ranks(scores, mask, alpha, pairwise="auto"):
     σ saturates cleanly, so |α·Δs| up to 1e4 and beyond gives finite values and gradients.
     """
     scaled = ops.multiply(scores, alpha)
-    fill = ops.stop_gradient(_lowest(scaled, mask)) if pair_sums.compiled_by_xla() else 0.0
+    compiled = pair_sums.xla_path("approx ranks")
+    fill = ops.stop_gradient(_lowest(scaled, mask)) if compiled else 0.0
     scaled = ops.where(mask, scaled, fill)
     return 0.5 + pair_sums.sigmoid_pair_sums(scaled, ops.cast(mask, COMPUTE_DTYPE), pairwise)
 
@@ -308,7 +309,7 @@ def ideal_positions(labels, mask, pairwise="auto"):
         return pair_sums.higher_counts(real_labels, pairwise)
 
     graded = _all_graded(ops.where(mask, labels, 0.0))
-    if pair_sums.compiled_by_xla():
+    if pair_sums.xla_path("ideal positions"):
         return 1.0 + pair_sums.first_or_fallback(graded, by_counting, by_pairs, real_labels)
     return 1.0 + ops.cond(graded, lambda: by_counting(real_labels), lambda: by_pairs(real_labels))
 
@@ -339,7 +340,7 @@ def ideal_dcg(labels, topk=None):
         grades = ops.cast(ops.arange(GRADES), COMPUTE_DTYPE)
         return ops.sum((cumulative[:, :-1] - cumulative[:, 1:]) * gains(grades), axis=-1)
 
-    if not pair_sums.compiled_by_xla():
+    if not pair_sums.xla_path("ideal DCG"):
         return by_sorting()
     return ops.cond(_all_graded(labels), by_counting, by_sorting)
 

@@ -19,6 +19,9 @@ them (figures from docs/benchmarks.md, "How" and "Long lists"):
 - Elementwise sums without XLA (ELEMENTWISE_SUMS_UP_TO, `_row_sums`): lists of a static size up
   to 32 sum their pairs by products instead of TensorFlow's batched matmul of small matrices
   (ApproxNDCG and RankNet 1.26× faster at list 10).
+- Separate passes under XLA (`_dense_sigmoid_sums`): the σ sums' forward and backward passes
+  take different factor sets and no select, so that JAX's XLA fuses each whole instead of first
+  writing [B, L, L] tensors (ApproxNDCG on JAX at list 1000 about 7× faster).
 - Log chunks under XLA (LOG_CHUNK, `_log1p`): RankNet takes one log per 8 pairs, 3.92× TF-Ranking
   at list 1000 where one log per pair gave 1.80×.
 - Counted orders under XLA (COUNTED_ORDER_UP_TO): lists of a static size up to 128 are ordered by
@@ -32,6 +35,8 @@ FACTORED_EXPONENTIALS, COUNTED_ORDER_UP_TO, NETWORK_ORDER_UP_TO and ELEMENTWISE_
 module settings read when a function is traced, so a run on another device (a GPU) can take the
 other path (`benchmarks/losses.py`).
 """
+
+import contextlib
 
 import keras
 import numpy as np
@@ -53,6 +58,31 @@ def compiled_by_xla():
         return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
     except (ImportError, AttributeError):
         return False
+
+
+# Paths taken: every compiled-mode choice goes through `xla_path`, which records it for
+# `recording_paths` while a function is traced, so a test (or benchmarks/losses.py) can see which
+# paths a loss took under `jax.jit` or `jit_compile=True` without timing it.
+_RECORDINGS = []
+
+
+def xla_path(what):
+    """Returns `compiled_by_xla()`, recording "`what`: XLA" or "`what`: no XLA"."""
+    compiled = compiled_by_xla()
+    for taken in _RECORDINGS:
+        taken.append(f"{what}: {'XLA' if compiled else 'no XLA'}")
+    return compiled
+
+
+@contextlib.contextmanager
+def recording_paths():
+    """Yields a list that collects the `xla_path` choices made while tracing inside the block."""
+    taken = []
+    _RECORDINGS.append(taken)
+    try:
+        yield taken
+    finally:
+        _RECORDINGS.remove(taken)
 
 
 # Pairwise sums (Σ_j f(x_k, x_j) for every k) over lists longer than BLOCKED_ABOVE documents are
@@ -187,7 +217,7 @@ def short_list_without_xla(values):
     compile them: there TensorFlow's per-op cost rules, and a small matmul beats a cumulative
     sum (`running_sums`)."""
     return (values.shape[1] is not None and values.shape[1] <= ELEMENTWISE_SUMS_UP_TO
-            and not compiled_by_xla())
+            and not xla_path("running sums"))
 
 
 def running_sums(values, reverse=False):
@@ -276,14 +306,12 @@ def first_or_fallback(use_first, first, fallback, *inputs):
 FACTORED_EXPONENTIALS = True
 
 
-def _factored_or_per_pair(fits, of, by_factors, by_pairs, *inputs):
-    """Returns `of(by_factors, *inputs)` where the bool scalar `fits` is True, else
-    `of(by_pairs, *inputs)` (`first_or_fallback`); always the latter without
-    FACTORED_EXPONENTIALS."""
+def _factored_or_per_pair(fits, by_factors, by_pairs, *inputs):
+    """Returns `by_factors(*inputs)` where the bool scalar `fits` is True, else
+    `by_pairs(*inputs)` (`first_or_fallback`); always the latter without FACTORED_EXPONENTIALS."""
     if not FACTORED_EXPONENTIALS:
-        return of(by_pairs, *inputs)
-    return first_or_fallback(fits, lambda *given: of(by_factors, *given),
-                             lambda *given: of(by_pairs, *given), *inputs)
+        return by_pairs(*inputs)
+    return first_or_fallback(fits, by_factors, by_pairs, *inputs)
 
 
 def _exponential_factors(values):
@@ -299,6 +327,21 @@ def _exponential_factors(values):
     return ops.all(top - bottom <= 2.0 * EXP_LIMIT), ops.exp(offset), ops.exp(-offset)
 
 
+# Separate passes (an XLA-on-CPU work-around, for JAX's XLA: jaxlib 0.10 does this, TensorFlow
+# 2.21's XLA does not). XLA hands every reduction over 4096 or more elements to YNNPACK, whose
+# fusions take float arithmetic and exp/log (no compare or select) and share no pair-shaped
+# operand with another fusion: whatever a fusion cannot take is first written out as a [B, L, L]
+# tensor. With the forward and backward passes of the σ sums broadcasting the same per-document
+# factors (which XLA then multiplies once, for both), ApproxNDCG's step wrote two (list 64) or
+# three (list 1000) such tensors. So the σ sums below take σ(v_j − v_k) = a_j / (a_j + a_k)
+# forward and σ' = u(1 − u), u = b_k / (b_j + b_k), backward (a = e^{v−c}, b = e^{c−v}), and
+# broadcast w forward, −w backward; `tests/test_ops.py` checks from the compiled HLO that no
+# [B, L, L] tensor is written under `jax.jit`. RankNet's sums still write some: masked by products
+# of signs instead of `ops.where`, they wrote none, but ran no faster on JAX and 1.4× slower under
+# TensorFlow's XLA (docs/benchmarks.md, "JAX"). Remove this when XLA's CPU library fusions take
+# selects and shared operands.
+
+
 def _dense_sigmoid_sums(values, weights, factored=True):
     """Σ_j w_j σ(v_j − v_k) over the whole list and its gradient
     ∂/∂v_k = Σ_j σ'_kj·(w_k g_j − g_k w_j), σ' = σ(1 − σ) symmetric in (k, j).
@@ -306,14 +349,16 @@ def _dense_sigmoid_sums(values, weights, factored=True):
     Not compiled by XLA, each op is a pass over the [B, L, L] pairs: one sigmoid kernel, kept
     for the backward pass (a matmul, or products in short lists: `_row_sums`). Compiled by XLA
     (JAX; TensorFlow with jit_compile), where the passes fuse and transcendental functions are the
-    cost, each σ(v_j − v_k) is 1 / (1 + p), p = e^{v_k − v_j}. When every list of the batch spans at
-    most 2·EXP_LIMIT, p is a product of two per-document factors (`_exponential_factors`): two
-    exps per document instead of one per pair. Wider batches take one exp per pair as well
-    (`_only_if`); with `factored=False`, every batch does, without that test. The backward pass
-    rebuilds p instead of keeping a [B, L, L] tensor, and takes σ' as p·σ² (p capped at 1e30,
-    where σ' < 1e-30), accurate where σ is near 0 and near 1.
+    cost, σ(v_j − v_k) = 1 / (1 + p), p = e^{v_k − v_j}. When every list of the batch spans at
+    most 2·EXP_LIMIT, p comes from per-document factors (`_exponential_factors`): two exps per
+    document instead of one per pair, σ = a_j / (a_j + a_k) forward and σ' = u(1 − u),
+    u = b_k / (b_j + b_k), backward, each factor ≤ e^EXP_LIMIT so that no sum overflows ("Separate
+    passes" says why two factor sets). Wider batches take one exp per pair as well (`_only_if`);
+    with `factored=False`, every batch does, without that test. The backward pass rebuilds the
+    pairs instead of keeping a [B, L, L] tensor; per pair it takes σ' as p·σ² (p capped at 1e30,
+    where σ' < 1e-30). Both ways σ' is accurate where σ is near 0 and near 1.
     """
-    if not compiled_by_xla():
+    if not xla_path("sigmoid sums"):
         sigmoid = ops.sigmoid(_differences(values, values))
 
         def gradient_from_sigmoid(upstream):  # w_k·Σ_j σ'_kj g_j − g_k·Σ_j σ'_kj w_j
@@ -325,29 +370,41 @@ def _dense_sigmoid_sums(values, weights, factored=True):
     fixed = ops.stop_gradient(values)
     fits, above, below = _exponential_factors(fixed)
 
-    def by_factors(values):
+    def sums_by_factors(values, weights):  # σ(v_j − v_k) = a_j / (a_j + a_k)
         del values  # the factors hold them
-        return ops.expand_dims(above, 2) * ops.expand_dims(below, 1)
+        return ops.sum(ops.expand_dims(weights * above, 1)
+                       / (ops.expand_dims(above, 1) + ops.expand_dims(above, 2)), axis=-1)
 
-    def by_pairs(values):
-        return ops.exp(-_differences(values, values))
+    def sums_by_pairs(values, weights):  # σ(v_j − v_k) = 1 / (1 + p)
+        return ops.sum(ops.expand_dims(weights, 1) / (1.0 + ops.exp(-_differences(values, values))),
+                       axis=-1)
 
-    def sums(exponentials, values, weights):
-        return ops.sum(ops.expand_dims(weights, 1) / (1.0 + exponentials(values)), axis=-1)
+    def pulled_back_by_factors(values, weights, upstream):  # σ' = u(1 − u), u = b_k / (b_j + b_k)
+        del values  # the factors hold them
+        share = ops.expand_dims(below, 2) / (ops.expand_dims(below, 1) + ops.expand_dims(below, 2))
+        return ops.sum(share * (1.0 - share) * _pair_upstream(weights, upstream), axis=-1)
 
-    def pulled_back(exponentials, values, weights, upstream):
-        ratio = ops.minimum(exponentials(values), 1e30)
+    def pulled_back_by_pairs(values, weights, upstream):  # σ' = p / (1 + p)², p from −v
+        negated = -values
+        ratio = ops.minimum(ops.exp(_differences(negated, negated)), 1e30)
         sigmoid = 1.0 / (1.0 + ratio)
-        pair_upstream = (ops.expand_dims(weights, 2) * ops.expand_dims(upstream, 1)
-                         - ops.expand_dims(upstream, 2) * ops.expand_dims(weights, 1))
-        return ops.sum(ratio * sigmoid * sigmoid * pair_upstream, axis=-1)
+        return ops.sum(ratio * sigmoid * sigmoid * _pair_upstream(weights, upstream), axis=-1)
 
-    def either(of, *inputs):
+    def either(by_factors, by_pairs, *inputs):
         if not factored:
-            return of(by_pairs, fixed, *inputs)
-        return _factored_or_per_pair(fits, of, by_factors, by_pairs, fixed, *inputs)
+            return by_pairs(fixed, *inputs)
+        return _factored_or_per_pair(fits, by_factors, by_pairs, fixed, *inputs)
 
-    return either(sums, weights), lambda upstream: either(pulled_back, weights, upstream)
+    return (either(sums_by_factors, sums_by_pairs, weights),
+            lambda upstream: either(pulled_back_by_factors, pulled_back_by_pairs, weights,
+                                    upstream))
+
+
+def _pair_upstream(weights, upstream):
+    """Returns w_k·g_j − g_k·w_j `[B, K, J]`, broadcasting −w where the forward pass broadcasts w
+    ("Separate passes")."""
+    return (ops.expand_dims(weights, 2) * ops.expand_dims(upstream, 1)
+            + ops.expand_dims(upstream, 2) * ops.expand_dims(-weights, 1))
 
 
 def sigmoid_pair_sums(values, weights=None, pairwise="auto", factored=True):
@@ -417,7 +474,7 @@ def _dense_logistic_sums(scores, ranked):
     takes σ(d) = p·q and 1 − σ(d) = q = 1/(1 + p) (p capped at 1e30, where σ rounds to 1),
     keeping no [B, L, L] tensor.
     """
-    if not compiled_by_xla():
+    if not xla_path("logistic sums"):
         difference = _differences(scores, scores)
         # pairs masked by a 0/1 product, cheaper than `ops.where` with its broadcast 0 (finite
         # scores make finite products)
@@ -476,9 +533,12 @@ def _dense_logistic_sums(scores, ranked):
                  - ops.where(k_is_upper, ratio * ops.expand_dims(upstream, 2), 0.0))
         return ops.sum(pulls / (1.0 + ratio), axis=-1)  # one reduction: one fused pass
 
-    return (_factored_or_per_pair(fits, sums, smalls_by_factors, smalls_by_pairs, fixed, ranked),
-            lambda upstream: _factored_or_per_pair(fits, gradient, ratios_by_factors,
-                                                   ratios_by_pairs, fixed, ranked, upstream))
+    def either(of, by_factors, by_pairs, *inputs):
+        return _factored_or_per_pair(fits, lambda *given: of(by_factors, *given),
+                                     lambda *given: of(by_pairs, *given), fixed, ranked, *inputs)
+
+    return (either(sums, smalls_by_factors, smalls_by_pairs),
+            lambda upstream: either(gradient, ratios_by_factors, ratios_by_pairs, upstream))
 
 
 # Log chunks (XLA on CPU): one log per LOG_CHUNK pairs in `_dense_logistic_sums`; RankNet at list
@@ -546,7 +606,7 @@ COUNTED_ORDER_UP_TO = 128
 
 def counted_order_applies(values):
     """Whether `values` [B, L] are ordered by counting (`descending_positions_by_counting`)."""
-    return (compiled_by_xla() and values.shape[1] is not None
+    return (values.shape[1] is not None and xla_path("counted order")
             and values.shape[1] <= COUNTED_ORDER_UP_TO)
 
 
@@ -583,7 +643,8 @@ NETWORK_ORDER_UP_TO = 2 ** 14
 def network_order_applies(values):
     """Whether integer codes `[B, L]` are ordered by `descending_order_by_network`."""
     list_size = values.shape[1]
-    return compiled_by_xla() and list_size is not None and list_size <= NETWORK_ORDER_UP_TO
+    return (list_size is not None and xla_path("network order")
+            and list_size <= NETWORK_ORDER_UP_TO)
 
 
 def _network_size(list_size):

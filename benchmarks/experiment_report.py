@@ -30,6 +30,7 @@ class Selected:
         self.setting, self.dataset = setting, dataset
         self.planned = len(folds) * len(seeds)
         self.by_fold_seed = {}
+        self.seconds = {}  # (fold, seed) -> wall seconds of every grid point: what choosing cost
         for fold in folds:
             for seed in seeds:
                 points = runs_of(setting, dataset, [fold], [seed], epochs)
@@ -37,6 +38,7 @@ class Selected:
                 if None not in found:  # every grid point, or the choice is not made
                     self.by_fold_seed[fold, seed] = max(
                         found, key=lambda r: r["validation"][SELECT_METRIC])
+                    self.seconds[fold, seed] = sum(r["wall_seconds"] for r in found)
 
     @property
     def seeds(self):
@@ -56,6 +58,11 @@ class Selected:
             return None
         values = [self.fold_mean(s, folds, metric, zero_empty) for s in seeds]
         return float(np.mean(values)), float(np.std(values, ddof=1) if len(values) > 1 else 0.0)
+
+    def seconds_per_fold(self, folds):
+        """Mean wall seconds to train (every grid point of) one fold, over the complete seeds."""
+        seeds = self.complete_seeds(folds)
+        return float(np.mean([self.seconds[f, s] for f in folds for s in seeds])) if seeds else None
 
     def validation_mean(self, folds):
         """Mean validation NDCG@10 of the selected runs of the complete seeds."""
@@ -142,6 +149,8 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_direct(rows["direct"], rows["chen"], data, folds))
         if "lightgbm" in shown:
             parts.append(_lightgbm(shown, data, folds))
+        if "gbdt" in shown or "dasalc" in shown:
+            parts.append(_gbdt_and_dasalc(rows["gbdt"], rows["dasalc"], data, folds))
         if "precision" in shown:
             parts.append(_precision(rows["precision"], data, folds))
         convention = [r for name in ("chen", "lightgbm") for r in shown.get(name, [])]
@@ -357,6 +366,44 @@ def _lightgbm(rows, data, folds):
         lines += [f"| {m} | {_fmt_test(paired(best, lightgbm, folds, m))} |"
                   for m in ("ndcg@5", "ndcg@10", "map")]
     return "\n".join(lines) + "\n"
+
+
+def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
+    """The GBDT references, DASALC and its ablation, each against the reference: the GBDT with
+    the best validation NDCG@10 on this set."""
+    def costed(rows):
+        names = [f"{r.setting.label()}, {_fmt_seconds(r.seconds_per_fold(folds))} s/fold"
+                 for r in rows]
+        return table(rows, folds, ("ndcg@1", "ndcg@5", "ndcg@10", "map"), names=names)
+
+    lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
+             f"`python -m benchmarks.experiments run --study gbdt dasalc {data.flags()}` "
+             "(softmax_loss's row: add `--loss softmax_loss` where tfapprox has it). Seconds per "
+             "fold: wall time of every grid point of a fold on one thread, training and scoring, "
+             "mean over folds and seeds.\n", costed(gbdts), ""]
+    run = [r for r in gbdts if r.cell(folds, "ndcg@10") is not None]
+    if not run:
+        return "\n".join(lines) + "\n"
+    reference = max(run, key=lambda r: r.validation_mean(folds))
+    lines += [f"Reference (best GBDT by validation {SELECT_METRIC}): "
+              f"**{reference.setting.label()}**.\n",
+              "DASALC (`--preset dasalc`) with each loss, then with ApproxNDCG each piece taken "
+              "away (`[input_transform=none]`: no log1p; `[noise_stddev=0.0]`: no input noise; "
+              "`[attention_layers=0]`: no self-attention), then the B256 tower alone:\n",
+              costed(dasalc), "",
+              "| setting | validation ndcg@10 | − reference: ndcg@5 | ndcg@10 | map |",
+              "|---|---|---|---|---|"]
+    for row in dasalc:
+        if row.cell(folds, "ndcg@10") is None:
+            continue
+        lines.append(f"| {row.setting.label()} | {row.validation_mean(folds):.4f} | "
+                     + " | ".join(_fmt_test(paired(row, reference, folds, m))
+                                  for m in ("ndcg@5", "ndcg@10", "map")) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt_seconds(seconds):
+    return "—" if seconds is None else f"{seconds:.0f}"
 
 
 def _letor_convention(rows, data, folds):

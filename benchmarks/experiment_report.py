@@ -149,8 +149,9 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_direct(rows["direct"], rows["chen"], data, folds))
         if "lightgbm" in shown:
             parts.append(_lightgbm(shown, data, folds))
-        if "gbdt" in shown or "dasalc" in shown:
-            parts.append(_gbdt_and_dasalc(rows["gbdt"], rows["dasalc"], data, folds))
+        if {"gbdt", "dasalc", "dasalc_ablation"} & shown.keys():
+            parts.append(_gbdt_and_dasalc(rows["gbdt"], rows["dasalc"] + rows["dasalc_ablation"],
+                                          data, folds))
         if "precision" in shown:
             parts.append(_precision(rows["precision"], data, folds))
         convention = [r for name in ("chen", "lightgbm") for r in shown.get(name, [])]
@@ -377,7 +378,8 @@ def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
         return table(rows, folds, ("ndcg@1", "ndcg@5", "ndcg@10", "map"), names=names)
 
     lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
-             f"`python -m benchmarks.experiments run --study gbdt dasalc {data.flags()}` "
+             f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_ablation "
+             f"{data.flags()}` "
              "(softmax_loss's row: add `--loss softmax_loss` where tfapprox has it). Seconds per "
              "fold: wall time of every grid point of a fold on one thread, training and scoring, "
              "mean over folds and seeds.\n", costed(gbdts), ""]

@@ -49,9 +49,9 @@ GBDT_SETTINGS = (
     Setting("xgboost", "rank:ndcg", grid=(("eta", (0.05, 0.1)), ("max_depth", (4, 6, 8)))),
     Setting("catboost", "YetiRank", (("learning_rate", 0.05),), (("depth", (4, 6, 8)),)),
 )
-# DASALC (tfapprox.models.RECIPES) with each loss, and with ApproxNDCG each of its pieces taken away
-# (the last row, none of them, is the B256 tower it is built on). softmax_loss runs where
-# tfapprox.losses has it (`--loss softmax_loss`).
+# DASALC (tfapprox.models.RECIPES) with each loss (softmax_loss runs where tfapprox.losses has it),
+# and its ablation: with ApproxNDCG each of its pieces taken away, then the B256 tower it is built
+# on with none of them.
 DASALC_LOSSES = (("approx_ndcg", (("alpha", 10.0),)), ("approx_ap", (("alpha", 10.0),)),
                  ("softmax_loss", ()))
 DASALC_ABLATION = ((("input_transform", "none"),), (("noise_stddev", 0.0),),
@@ -87,12 +87,13 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     }
     ndcg, ndcg_params = DASALC_LOSSES[0]
     found["gbdt"] = list(GBDT_SETTINGS)
-    found["dasalc"] = ([Setting("dasalc", loss, params) for loss, params in DASALC_LOSSES]
-                       + [Setting("dasalc", ndcg, ndcg_params, scorer=without)
-                          for without in DASALC_ABLATION]
-                       + [Setting("B256", ndcg, ndcg_params)])
+    found["dasalc"] = [Setting("dasalc", loss, params) for loss, params in DASALC_LOSSES]
+    found["dasalc_ablation"] = ([Setting("dasalc", ndcg, ndcg_params, scorer=without)
+                                 for without in DASALC_ABLATION]
+                                + [Setting("B256", ndcg, ndcg_params)])
     if smoke:
         found["dasalc"] = found["dasalc"][:1]
+        found["dasalc_ablation"] = found["dasalc_ablation"][:1]
         found = {name: [s.first_point_only() for s in settings]
                  for name, settings in found.items()}
     return found

@@ -151,7 +151,8 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=32, help="lists per step")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per list size")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps (tracing, autotune)")
-    parser.add_argument("--preset", default="B1024", choices=sorted(models.PRESETS))
+    parser.add_argument("--preset", default="B1024",
+                        choices=sorted(models.PRESETS) + sorted(models.RECIPES))
     parser.add_argument("--lists", type=int, default=1024, help="generated lists")
     parser.add_argument("--data-dir", help="reuse/keep generated shards here (default: a temp dir)")
     parser.add_argument("--jit", action="store_true", help="XLA-compile the train step")

@@ -137,6 +137,11 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
         rows = {name: [Selected(s, data.name, cache, folds, seeds, epochs, unreadable.setdefault)
                        for s in settings] for name, settings in studies.items()}
         shown = {name: rows[name] for name in studies if name in selected}
+        idle = [name for name, study in shown.items() if not any(r.by_fold_seed for r in study)]
+        if idle and len(idle) < len(shown):  # a set that ran some studies only: the rest in a line
+            parts.append(f"Not run on {data.name}: {', '.join(idle)} (`python -m "
+                         f"benchmarks.experiments run --study {' '.join(idle)} {data.flags()}`).\n")
+            shown = {name: study for name, study in shown.items() if name not in idle}
         if "chen" in shown:
             parts.append(_chen(rows["chen"], data, folds))
         if "qin" in shown:
@@ -395,12 +400,19 @@ def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
               costed(dasalc), "",
               "| setting | validation ndcg@10 | − reference: ndcg@5 | ndcg@10 | map |",
               "|---|---|---|---|---|"]
-    for row in dasalc:
-        if row.cell(folds, "ndcg@10") is None:
-            continue
+    ran = [row for row in dasalc if row.cell(folds, "ndcg@10") is not None]
+    for row in ran:
         lines.append(f"| {row.setting.label()} | {row.validation_mean(folds):.4f} | "
                      + " | ".join(_fmt_test(paired(row, reference, folds, m))
                                   for m in ("ndcg@5", "ndcg@10", "map")) + " |")
+    if ran:
+        best = max(ran, key=lambda r: r.validation_mean(folds))
+        diff, p, queries = paired(best, reference, folds, "ndcg@10")
+        verdict = ("level with it within noise" if p >= 0.05 else
+                   "significantly ahead of it" if diff > 0 else "significantly behind it")
+        lines += ["", f"Chosen on validation among these: {best.setting.label()}; test NDCG@10 "
+                      f"{diff:+.4f} against the reference (p = {p:.3f}, {queries} queries): "
+                      f"**{verdict}**."]
     return "\n".join(lines) + "\n"
 
 

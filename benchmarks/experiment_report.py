@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.experiment_runs import METRICS, SELECT_METRIC, read_cached
+from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC, read_cached
 from benchmarks.experiment_studies import YILMAZ_MEASURES, runs_of
 
 PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
@@ -359,7 +359,7 @@ def _against_published(row, folds, published):
 
 def _lightgbm(rows, data, folds):
     lightgbm = rows["lightgbm"][0]
-    ours = [r for name, study in rows.items() if name != "lightgbm" for r in study]
+    ours = [r for study in rows.values() for r in study if r.setting.model not in GBDTS]
     ours = [r for r in ours if r.cell(folds, "ndcg@10") is not None]
     lines = ["### LightGBM lambdarank vs the best tfapprox model\n",
              f"`python -m benchmarks.experiments run --study lightgbm {data.flags()}`\n",

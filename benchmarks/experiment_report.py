@@ -387,7 +387,8 @@ def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
              f"{data.flags()}` "
              "(softmax_loss's row: add `--loss softmax_loss` where tfapprox has it). Seconds per "
              "fold: wall time of every grid point of a fold on one thread, training and scoring, "
-             "mean over folds and seeds.\n", costed(gbdts), ""]
+             "mean over folds and seeds (as the runs measured it: on a shared machine, compare "
+             "them only roughly). Paired tests use the seeds both rows have.\n", costed(gbdts), ""]
     run = [r for r in gbdts if r.cell(folds, "ndcg@10") is not None]
     if not run:
         return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.experiment_runs import METRICS, SELECT_METRIC, read_cached
+from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC, read_cached
 from benchmarks.experiment_studies import YILMAZ_MEASURES, runs_of
 
 PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
@@ -30,6 +30,7 @@ class Selected:
         self.setting, self.dataset = setting, dataset
         self.planned = len(folds) * len(seeds)
         self.by_fold_seed = {}
+        self.seconds = {}  # (fold, seed) -> wall seconds of every grid point: what choosing cost
         for fold in folds:
             for seed in seeds:
                 points = runs_of(setting, dataset, [fold], [seed], epochs, data_keys)
@@ -37,6 +38,7 @@ class Selected:
                 if None not in found:  # every grid point, or the choice is not made
                     self.by_fold_seed[fold, seed] = max(
                         found, key=lambda r: r["validation"][SELECT_METRIC])
+                    self.seconds[fold, seed] = sum(r["wall_seconds"] for r in found)
 
     @property
     def seeds(self):
@@ -56,6 +58,11 @@ class Selected:
             return None
         values = [self.fold_mean(s, folds, metric, zero_empty) for s in seeds]
         return float(np.mean(values)), float(np.std(values, ddof=1) if len(values) > 1 else 0.0)
+
+    def seconds_per_fold(self, folds):
+        """Mean wall seconds to train (every grid point of) one fold, over the complete seeds."""
+        seeds = self.complete_seeds(folds)
+        return float(np.mean([self.seconds[f, s] for f in folds for s in seeds])) if seeds else None
 
     def validation_mean(self, folds):
         """Mean validation NDCG@10 of the selected runs of the complete seeds."""
@@ -132,6 +139,11 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
                                 (data_keys or {}).get(data.name))
                        for s in settings] for name, settings in studies.items()}
         shown = {name: rows[name] for name in studies if name in selected}
+        idle = [name for name, study in shown.items() if not any(r.by_fold_seed for r in study)]
+        if idle and len(idle) < len(shown):  # a set that ran some studies only: the rest in a line
+            parts.append(f"Not run on {data.name}: {', '.join(idle)} (`python -m "
+                         f"benchmarks.experiments run --study {' '.join(idle)} {data.flags()}`).\n")
+            shown = {name: study for name, study in shown.items() if name not in idle}
         if "chen" in shown:
             parts.append(_chen(rows["chen"], data, folds))
         if "qin" in shown:
@@ -144,6 +156,9 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_direct(rows["direct"], rows["chen"], data, folds))
         if "lightgbm" in shown:
             parts.append(_lightgbm(shown, data, folds))
+        if {"gbdt", "dasalc", "dasalc_ablation"} & shown.keys():
+            parts.append(_gbdt_and_dasalc(rows["gbdt"], rows["dasalc"] + rows["dasalc_ablation"],
+                                          data, folds))
         if "precision" in shown:
             parts.append(_precision(rows["precision"], data, folds))
         convention = [r for name in ("chen", "lightgbm") for r in shown.get(name, [])]
@@ -346,7 +361,7 @@ def _against_published(row, folds, published):
 
 def _lightgbm(rows, data, folds):
     lightgbm = rows["lightgbm"][0]
-    ours = [r for name, study in rows.items() if name != "lightgbm" for r in study]
+    ours = [r for study in rows.values() for r in study if r.setting.model not in GBDTS]
     ours = [r for r in ours if r.cell(folds, "ndcg@10") is not None]
     lines = ["### LightGBM lambdarank vs the best tfapprox model\n",
              f"`python -m benchmarks.experiments run --study lightgbm {data.flags()}`\n",
@@ -359,6 +374,53 @@ def _lightgbm(rows, data, folds):
         lines += [f"| {m} | {_fmt_test(paired(best, lightgbm, folds, m))} |"
                   for m in ("ndcg@5", "ndcg@10", "map")]
     return "\n".join(lines) + "\n"
+
+
+def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
+    """The GBDT references, DASALC and its ablation, each against the reference: the GBDT with
+    the best validation NDCG@10 on this set."""
+    def costed(rows):
+        names = [f"{r.setting.label()}, {_fmt_seconds(r.seconds_per_fold(folds))} s/fold"
+                 for r in rows]
+        return table(rows, folds, ("ndcg@1", "ndcg@5", "ndcg@10", "map"), names=names)
+
+    lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
+             f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_ablation "
+             f"{data.flags()}` "
+             "(softmax_loss's row: add `--loss softmax_loss` where tfapprox has it). Seconds per "
+             "fold: wall time of every grid point of a fold on one thread, training and scoring, "
+             "mean over folds and seeds (as the runs measured it: on a shared machine, compare "
+             "them only roughly). Paired tests use the seeds both rows have.\n", costed(gbdts), ""]
+    run = [r for r in gbdts if r.cell(folds, "ndcg@10") is not None]
+    if not run:
+        return "\n".join(lines) + "\n"
+    reference = max(run, key=lambda r: r.validation_mean(folds))
+    lines += [f"Reference (best GBDT by validation {SELECT_METRIC}): "
+              f"**{reference.setting.label()}**.\n",
+              "DASALC (`--preset dasalc`) with each loss, then with ApproxNDCG each piece taken "
+              "away (`[input_transform=none]`: no log1p; `[noise_stddev=0.0]`: no input noise; "
+              "`[attention_layers=0]`: no self-attention), then the B256 tower alone:\n",
+              costed(dasalc), "",
+              "| setting | validation ndcg@10 | − reference: ndcg@5 | ndcg@10 | map |",
+              "|---|---|---|---|---|"]
+    ran = [row for row in dasalc if row.cell(folds, "ndcg@10") is not None]
+    for row in ran:
+        lines.append(f"| {row.setting.label()} | {row.validation_mean(folds):.4f} | "
+                     + " | ".join(_fmt_test(paired(row, reference, folds, m))
+                                  for m in ("ndcg@5", "ndcg@10", "map")) + " |")
+    if ran:
+        best = max(ran, key=lambda r: r.validation_mean(folds))
+        diff, p, queries = paired(best, reference, folds, "ndcg@10")
+        verdict = ("level with it within noise" if p >= 0.05 else
+                   "significantly ahead of it" if diff > 0 else "significantly behind it")
+        lines += ["", f"Chosen on validation among these: {best.setting.label()}; test NDCG@10 "
+                      f"{diff:+.4f} against the reference (p = {p:.3f}, {queries} queries): "
+                      f"**{verdict}**."]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt_seconds(seconds):
+    return "—" if seconds is None else f"{seconds:.0f}"
 
 
 def _letor_convention(rows, data, folds):

@@ -1,9 +1,10 @@
 """One run of the experiments: a model trained on one fold with one seed, evaluated per test query.
 
-A run is a `Run` (a `DataSet`'s name, fold, seed, scorer or LightGBM, loss and its parameters,
-epochs). Neural and AdaRank runs go through the trainer (`trainer.train.train`, resumable), LightGBM
-runs through `lightgbm.train`; both are scored on the fold's test files by the same code
-(`per_query_metrics`, built on `tfapprox.metrics`), so every model is measured alike.
+A run is a `Run` (a `DataSet`'s name, fold, seed, scorer or GBDT, loss and its parameters,
+epochs). Neural and AdaRank runs go through the trainer (`trainer.train.train`, resumable), the
+GBDTs through their own libraries (LightGBM lambdarank, XGBoost rank:ndcg, CatBoost YetiRank, one
+thread each, early stopping on validation NDCG@10); all are scored on the fold's test files by the
+same code (`per_query_metrics`, built on `tfapprox.metrics`), so every model is measured alike.
 """
 
 from __future__ import annotations
@@ -56,27 +57,31 @@ class Run:
     dataset: str  # a `DataSet`'s name: OHSUMED, MQ2008, or the --name of the user's set
     fold: int
     seed: int
-    model: str  # a scorer preset (linear, B64 ... B1024), "adarank" or "lightgbm"
-    loss: str  # a tfapprox loss name; AdaRank's measure (ndcg, map); "lambdarank" for LightGBM
-    params: tuple[tuple[str, Any], ...] = ()  # loss parameters (LightGBM: its parameters)
-    epochs: int = 40
+    model: str  # a scorer preset (linear, B64 ... B1024, dasalc), "adarank" or one of `GBDTS`
+    loss: str  # a tfapprox loss name; AdaRank's measure (ndcg, map); a GBDT's objective
+    params: tuple[tuple[str, Any], ...] = ()  # loss parameters (a GBDT: its parameters)
+    epochs: int = 40  # a GBDT: its rounds at most
     precision: str = "float32"  # or "mixed_bfloat16": the trainer's --mixed-precision on CPU
+    scorer: tuple[tuple[str, Any], ...] = ()  # the scorer's options (model.input_transform, ...)
     data: str = ""  # `data_key` of the fold's files; "" for the shared sets (the published files)
 
     def label(self) -> str:
         """Returns the configuration without fold and seed, e.g. `B64 approx_ndcg(alpha=10)`."""
         mixed = "" if self.precision == "float32" else f" {self.precision}"
-        return f"{self.model} {self.loss}({', '.join(f'{k}={v}' for k, v in self.params)}){mixed}"
+        return (f"{self.model}{scorer_label(self.scorer)} "
+                f"{self.loss}({', '.join(f'{k}={v}' for k, v in self.params)}){mixed}")
 
     def cache_path(self, cache: Path) -> Path:
         fields = dataclasses.asdict(self)
-        for field, before in (("precision", "float32"), ("data", "")):
-            if fields[field] == before:  # runs cached before the field existed keep their name
+        # runs cached before a field existed keep their names while it holds its default
+        for field, before in (("precision", "float32"), ("scorer", ()), ("data", "")):
+            if getattr(self, field) == before:
                 del fields[field]
         digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
         params = ",".join(f"{k}={v}" for k, v in self.params) or "default"
         mixed = "" if self.precision == "float32" else f"-{self.precision}"
-        return (cache / self.dataset / self.model / f"{self.loss}-{params}-e{self.epochs}{mixed}"
+        model = self.model + "".join(f",{k}={v}" for k, v in self.scorer)
+        return (cache / self.dataset / model / f"{self.loss}-{params}-e{self.epochs}{mixed}"
                 / f"Fold{self.fold}-seed{self.seed}-{digest}.json")
 
 
@@ -89,6 +94,14 @@ def data_key(files: dict[str, list[str]]) -> str:
     paths = [p for split in SPLITS for path in files[split]
              for p in (path, path + ".query") if p == path or Path(p).is_file()]
     return hashlib.sha1(json.dumps(fingerprint(paths)).encode()).hexdigest()[:10]
+
+
+GBDTS = ("lightgbm", "xgboost", "catboost")
+
+
+def scorer_label(scorer: tuple[tuple[str, Any], ...]) -> str:
+    """Returns `[key=value, ...]` for scorer options, or "" for none."""
+    return f"[{', '.join(f'{k}={v}' for k, v in scorer)}]" if scorer else ""
 
 
 def read_cached(path: Path, say: Callable[[str], None]) -> dict[str, Any] | None:
@@ -155,8 +168,9 @@ def execute(run: Run, files: dict[str, list[str]], scratch: Path) -> dict[str, A
     keeps of it."""
     started = time.perf_counter()
     num_features = _num_features(files)
-    if run.model == "lightgbm":
-        result = _lightgbm(run, files, num_features)
+    if run.model in GBDTS:
+        boosted = {"lightgbm": _lightgbm, "xgboost": _xgboost, "catboost": _catboost}[run.model]
+        result = boosted(run, files, num_features)
     else:
         result = _neural(run, files, num_features, scratch)
     result["run"] = dataclasses.asdict(run)
@@ -180,7 +194,8 @@ def _neural(run: Run, files: dict[str, list[str]], num_features: int,
         "data.cache_dir": str(scratch / "data"),
         **({"model.kind": "adarank", "model.adarank_measure": run.loss}
            if run.model == "adarank" else
-           {"model.preset": run.model, "loss.name": run.loss, "loss.params": dict(run.params)}),
+           {"model.preset": run.model, "loss.name": run.loss, "loss.params": dict(run.params),
+            **{f"model.{key}": value for key, value in run.scorer}}),
         "train.seed": run.seed, "train.epochs": run.epochs,
         "runtime.mixed_precision": run.precision != "float32",
         "train.patience": max(run.epochs // 4, 2), "train.select_metric": SELECT_METRIC,
@@ -213,18 +228,71 @@ def _score(model, features: list[np.ndarray]) -> list[np.ndarray]:
     return [scores[i, :len(f)] for i, f in enumerate(features)]
 
 
+class _Split:
+    """One split's queries for a GBDT: by query (to score) and stacked (to train)."""
+
+    def __init__(self, files: dict[str, list[str]], split: str, num_features: int):
+        self.qids, self.labels, self.features = read_split(files[split], num_features)
+        self.x, self.y = np.concatenate(self.features), np.concatenate(self.labels)
+        self.groups = [len(y) for y in self.labels]
+
+
+def _gbdt_result(files, num_features, vali: _Split, predict, best_round) -> dict[str, Any]:
+    """Scores a trained GBDT (`predict`: [n, F] -> [n]) on validation and test, per query."""
+    measured = per_query_metrics(vali.labels, [predict(f) for f in vali.features])
+    test = _Split(files, "test", num_features)
+    return {"validation": {SELECT_METRIC: mean_over_relevant(measured, SELECT_METRIC)},
+            "qids": test.qids, "test": per_query_metrics(test.labels,
+                                                         [predict(f) for f in test.features]),
+            "best_epoch": best_round}
+
+
+def _xgboost(run: Run, files: dict[str, list[str]], num_features: int) -> dict[str, Any]:
+    """XGBoost rank:ndcg (LambdaMART), early stopping on validation NDCG@10."""
+    import xgboost
+
+    train, vali = _Split(files, "train", num_features), _Split(files, "vali", num_features)
+    params = {"objective": run.loss, "eval_metric": "ndcg@10", "tree_method": "hist",
+              "nthread": 1, "seed": run.seed, "subsample": 0.8, "colsample_bytree": 0.8,
+              **dict(run.params)}
+    booster = xgboost.train(params, xgboost.DMatrix(train.x, train.y, group=train.groups),
+                            num_boost_round=run.epochs,
+                            evals=[(xgboost.DMatrix(vali.x, vali.y, group=vali.groups), "vali")],
+                            early_stopping_rounds=50, verbose_eval=False)
+    best = booster.best_iteration + 1
+
+    def predict(features):
+        return booster.predict(xgboost.DMatrix(features), iteration_range=(0, best))
+
+    return _gbdt_result(files, num_features, vali, predict, best)
+
+
+def _catboost(run: Run, files: dict[str, list[str]], num_features: int) -> dict[str, Any]:
+    """CatBoost with `run.loss` (YetiRank), early stopping on validation NDCG@10."""
+    import catboost
+
+    def pool(split: _Split):
+        return catboost.Pool(split.x, split.y,
+                             group_id=np.repeat(np.arange(len(split.groups)), split.groups))
+
+    train, vali = _Split(files, "train", num_features), _Split(files, "vali", num_features)
+    model = catboost.CatBoost({
+        "loss_function": run.loss, "eval_metric": "NDCG:top=10", "iterations": run.epochs,
+        "random_seed": run.seed, "thread_count": 1, "od_type": "Iter", "od_wait": 50,
+        "use_best_model": True, "verbose": False, "allow_writing_files": False,
+        **dict(run.params)})
+    model.fit(pool(train), eval_set=pool(vali))
+    return _gbdt_result(files, num_features, vali, model.predict, model.get_best_iteration() + 1)
+
+
 def _lightgbm(run: Run, files: dict[str, list[str]], num_features: int) -> dict[str, Any]:
+    """LightGBM lambdarank, early stopping on validation NDCG@10."""
     import lightgbm
 
-    def dataset(split, reference=None):
-        _, labels, features = read_split(files[split], num_features)
-        return (lightgbm.Dataset(np.concatenate(features), np.concatenate(labels),
-                                 group=[len(y) for y in labels], reference=reference),
-                labels, features)
-
-    train_set, _, _ = dataset("train")
-    vali_set, vali_labels, vali_features = dataset("vali", train_set)
-    params = {"objective": "lambdarank", "metric": "ndcg", "eval_at": [10], "verbose": -1,
+    train, vali = _Split(files, "train", num_features), _Split(files, "vali", num_features)
+    train_set = lightgbm.Dataset(train.x, train.y, group=train.groups)
+    vali_set = lightgbm.Dataset(vali.x, vali.y, group=vali.groups, reference=train_set)
+    params = {"objective": run.loss, "metric": "ndcg", "eval_at": [10], "verbose": -1,
               "num_threads": 1, "seed": run.seed, "deterministic": True,
               "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
               "learning_rate": 0.05, **dict(run.params)}
@@ -234,9 +302,6 @@ def _lightgbm(run: Run, files: dict[str, list[str]], num_features: int) -> dict[
                              valid_sets=[vali_set],
                              callbacks=[lambda env: round_ends.append(time.perf_counter() - boosting),
                                         lightgbm.early_stopping(50, verbose=False)])
-    vali = per_query_metrics(vali_labels, [booster.predict(f) for f in vali_features])
-    qids, labels, features = read_split(files["test"], num_features)
-    return {"validation": {SELECT_METRIC: mean_over_relevant(vali, SELECT_METRIC)},
-            "qids": qids, "test": per_query_metrics(labels, [booster.predict(f) for f in features]),
-            "best_epoch": booster.best_iteration,
-            "seconds_to_best": round(round_ends[booster.best_iteration - 1], 2)}
+    result = _gbdt_result(files, num_features, vali, booster.predict, booster.best_iteration)
+    result["seconds_to_best"] = round(round_ends[booster.best_iteration - 1], 2)
+    return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from benchmarks.experiment_runs import Run
+from benchmarks.experiment_runs import GBDTS, Run, scorer_label
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
@@ -17,12 +17,14 @@ class Setting:
     params: tuple = ()
     grid: tuple = ()  # ((name, (values...)), ...)
     precision: str = "float32"  # or "mixed_bfloat16"
+    scorer: tuple = ()  # the scorer's options, ((name, value), ...): model.<name> in the trainer
 
     def label(self) -> str:
         fixed = ", ".join(f"{k}={v}" for k, v in self.params)
         grid = ", ".join(f"{k}∈{{{', '.join(map(str, v))}}}" for k, v in self.grid)
         mixed = "" if self.precision == "float32" else f" {self.precision}"
-        return f"{self.model} {self.loss}({', '.join(x for x in (fixed, grid) if x)}){mixed}"
+        return (f"{self.model}{scorer_label(self.scorer)} "
+                f"{self.loss}({', '.join(x for x in (fixed, grid) if x)}){mixed}")
 
     def first_point_only(self) -> "Setting":
         """The setting with each grid axis cut to its first value (for the smoke run)."""
@@ -40,6 +42,20 @@ BRUCH_ALPHAS = (1.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 SMOKE_ALPHAS = (1.0, 10.0)  # α = 10 is the tightness study's setting
 BRUCH_PRESETS = ("B64", "B128", "B256", "B512", "B1024")
 YILMAZ_MEASURES = ("AP", "P@10", "NDCG", "NDCG@10")  # what each row of Yilmaz's table trains on
+# The GBDT references, each grid chosen per fold on validation NDCG@10 (../shared/data/README.md).
+GBDT_SETTINGS = (
+    Setting("lightgbm", "lambdarank",
+            grid=(("learning_rate", (0.05, 0.1)), ("num_leaves", (15, 31, 63)))),
+    Setting("xgboost", "rank:ndcg", grid=(("eta", (0.05, 0.1)), ("max_depth", (4, 6, 8)))),
+    Setting("catboost", "YetiRank", (("learning_rate", 0.05),), (("depth", (4, 6, 8)),)),
+)
+# DASALC (tfapprox.models.RECIPES) with each loss (softmax_loss runs where tfapprox.losses has it),
+# and its ablation: with ApproxNDCG each of its pieces taken away, then the B256 tower it is built
+# on with none of them.
+DASALC_LOSSES = (("approx_ndcg", (("alpha", 10.0),)), ("approx_ap", (("alpha", 10.0),)),
+                 ("softmax_loss", ()))
+DASALC_ABLATION = ((("input_transform", "none"),), (("noise_stddev", 0.0),),
+                   (("attention_layers", 0),))
 
 
 def studies(smoke: bool = False) -> dict[str, list[Setting]]:
@@ -69,7 +85,15 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
                                                      "permurank")]
                   + [Setting("adarank", measure) for measure in ("ndcg", "map")],
     }
+    ndcg, ndcg_params = DASALC_LOSSES[0]
+    found["gbdt"] = list(GBDT_SETTINGS)
+    found["dasalc"] = [Setting("dasalc", loss, params) for loss, params in DASALC_LOSSES]
+    found["dasalc_ablation"] = ([Setting("dasalc", ndcg, ndcg_params, scorer=without)
+                                 for without in DASALC_ABLATION]
+                                + [Setting("B256", ndcg, ndcg_params)])
     if smoke:
+        found["dasalc"] = found["dasalc"][:1]
+        found["dasalc_ablation"] = found["dasalc_ablation"][:1]
         found = {name: [s.first_point_only() for s in settings]
                  for name, settings in found.items()}
     return found
@@ -81,7 +105,8 @@ NEURAL_EPOCHS, LIGHTGBM_ROUNDS = 40, 1000
 def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int, data_keys=None):
     """Returns every `Run` a setting needs (each grid point, fold and seed); `data_keys`:
     {fold: `data_key` of its files} for a set of the user's, None for the shared sets."""
-    rounds = LIGHTGBM_ROUNDS if setting.model == "lightgbm" else epochs
+    rounds = LIGHTGBM_ROUNDS if setting.model in GBDTS else epochs
     return [Run(dataset, fold, seed, setting.model, setting.loss, point, rounds,
-                setting.precision, (data_keys or {}).get(fold, ""))
+                precision=setting.precision, scorer=setting.scorer,
+                data=(data_keys or {}).get(fold, ""))
             for fold in folds for seed in seeds for point in setting.points()]

@@ -194,9 +194,21 @@ def test_smoke_run_writes_every_table_and_plot(tmp_path):
     report = re.search(r"wrote (\S+results\.md)", done.stdout).group(1)
     text = open(report).read()
     for title in ("Chen et al. 2009", "Qin et al. 2010", "Yilmaz & Robertson", "SVM^map",
-                  "Bruch et al. 2019", "LightGBM lambdarank", "tightness"):
+                  "Bruch et al. 2019", "LightGBM lambdarank", "tightness", "Tuned GBDTs",
+                  "catboost YetiRank", "xgboost rank:ndcg", "Reference (best GBDT",
+                  "dasalc approx_ndcg"):
         assert title in text
     assert "| not run" not in text, "the smoke run should fill every table"
     assert re.search(r"\(p = \d\.\d{3}\)", text)  # paired tests were computed
     plots = re.findall(r"\]\((results/\S+\.png)\)", text)
     assert len(plots) == 3  # alpha, depth, tightness
+
+
+def test_a_setting_whose_loss_this_tfapprox_lacks_is_skipped_with_a_line(capsys):
+    from benchmarks.experiment_studies import Setting
+
+    assert not experiments._runnable(Setting("dasalc", "no_such_loss"))
+    assert "skipped: dasalc no_such_loss(): this tfapprox has no loss 'no_such_loss'" in (
+        capsys.readouterr().out)
+    assert experiments._runnable(Setting("catboost", "YetiRank"))
+    assert {s.loss for s in studies()["dasalc"]} == {"approx_ndcg", "approx_ap", "softmax_loss"}

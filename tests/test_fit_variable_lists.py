@@ -237,3 +237,21 @@ def test_ragged_targets_train_as_padded_ones():
     assert ragged.keys() == padded.keys()
     for name, values in padded.items():
         np.testing.assert_allclose(ragged[name], values, rtol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("mode", XLA_MODES)
+def test_dasalc_scorer_trains_on_variable_length_lists(mode):
+    """DASALC's pieces (log1p inputs, input noise, self-attention with latent cross) through fit,
+    compiled, on lists whose size changes from batch to batch."""
+    keras.utils.set_random_seed(1)
+    model = models.DNNScorer(hidden_units=(8, 4), input_transform="log1p", noise_stddev=0.1,
+                             attention_layers=1, attention_heads=2, attention_units=8)
+    model.build({"features": (None, None, NUM_FEATURES), "mask": (None, None)})
+    before = [to_numpy(w) for w in model.interaction.trainable_weights]
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=losses.ApproxNDCGLoss(),
+                  jit_compile=True)
+    history = model.fit(dataset(), epochs=1, verbose=0).history
+    assert np.all(np.isfinite(history["loss"]))
+    after = [to_numpy(w) for w in model.interaction.trainable_weights]
+    assert all(np.all(np.isfinite(w)) for w in after)
+    assert any(not np.allclose(a, b) for a, b in zip(after, before)), "attention got no gradient"

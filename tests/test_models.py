@@ -1,4 +1,5 @@
-"""Tests for tfapprox.models: presets, padding safety, permutation equivariance, serialization."""
+"""Tests for tfapprox.models: presets, padding safety, permutation equivariance, serialization,
+for the B-nets and for DASALC's pieces (log1p inputs, input noise, self-attention over the list)."""
 
 import numpy as np
 import pytest
@@ -6,10 +7,28 @@ import pytest
 import keras
 from keras import ops
 
-from tfapprox.models import PRESETS, DNNScorer, MaskedBatchNormalization, build_scorer
+from tfapprox.models import (
+    PRESETS,
+    DNNScorer,
+    DocumentInteraction,
+    MaskedBatchNormalization,
+    build_scorer,
+    symmetric_log1p,
+)
 
 NUM_FEATURES = 5
 HIDDEN = (8, 4)
+# The scorers every padding and permutation test covers: Bruch et al.'s, and DASALC's pieces that
+# let documents meet (two stacked attention blocks; the noise has a test of its own).
+SCORERS = {
+    "bruch": {},
+    "interacting": {
+        "input_transform": "log1p",
+        "attention_layers": 2,
+        "attention_heads": 2,
+        "attention_units": 8,
+    },
+}
 
 
 def _batch(seed, batch_size=3, list_size=4):
@@ -39,9 +58,9 @@ def _masked_squared_error(labels, scores):
     return ops.sum(ops.where(labels >= 0, ops.square(labels - scores), 0.0), axis=-1)
 
 
-def _trained_copy(weights, features, mask, labels):
+def _trained_copy(weights, features, mask, labels, scorer="bruch"):
     """Returns a fresh scorer with `weights` after one SGD step on the given batch."""
-    model = DNNScorer(HIDDEN, batch_norm_momentum=0.5)
+    model = DNNScorer(HIDDEN, batch_norm_momentum=0.5, **SCORERS[scorer])
     model({"features": features, "mask": mask})
     model.set_weights(weights)
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_masked_squared_error)
@@ -87,6 +106,10 @@ def test_the_linear_preset_scores_an_affine_function_of_the_features():
         ({"hidden_units": (8, 0)}, "hidden_units must be positive integers"),
         ({"hidden_units": (8,), "dropout": 1.0}, r"dropout must be in \[0, 1\)"),
         ({"hidden_units": (8,), "batch_norm_momentum": 1.0}, r"momentum must be in \[0, 1\)"),
+        ({"hidden_units": (8,), "input_transform": "log"}, "input_transform must be one of"),
+        ({"hidden_units": (8,), "noise_stddev": -0.1}, "noise_stddev must be >= 0"),
+        ({"hidden_units": (8,), "attention_layers": 1, "attention_units": 6,
+          "attention_heads": 4}, "units must be divisible by heads"),
     ],
 )
 def test_invalid_arguments_are_named(kwargs, message):
@@ -116,16 +139,17 @@ def test_scores_shape_and_padded_slots_score_zero():
     )
 
 
+@pytest.mark.parametrize("scorer", sorted(SCORERS))
 @pytest.mark.parametrize("fill", [1e30, -7.0, np.nan])
-def test_padding_changes_no_valid_score_nor_moving_stats(fill):
+def test_padding_changes_no_valid_score_nor_moving_stats(fill, scorer):
     features, mask, labels = _batch(1)
     padded = _pad(features, mask, labels, extra=5, fill=fill)
-    reference = DNNScorer(HIDDEN)
+    reference = DNNScorer(HIDDEN, **SCORERS[scorer])
     reference({"features": features, "mask": mask})
     weights = reference.get_weights()
 
-    plain = _trained_copy(weights, features, mask, labels)
-    with_pads = _trained_copy(weights, *padded)
+    plain = _trained_copy(weights, features, mask, labels, scorer)
+    with_pads = _trained_copy(weights, *padded, scorer=scorer)
 
     for before, after in zip(_moving_stats(plain), _moving_stats(with_pads)):
         np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-6)
@@ -175,26 +199,31 @@ def test_masked_batch_norm_matches_keras_batch_norm_on_valid_rows():
     )
 
 
-@pytest.mark.parametrize("training", [False, True])
-def test_scores_are_permutation_equivariant(training):
+@pytest.mark.parametrize("scorer", sorted(SCORERS))
+def test_scores_are_permutation_equivariant(scorer):
     features, mask, labels = _batch(4, batch_size=4, list_size=6)
-    model = DNNScorer(HIDDEN, dropout=0.0)
-    model.compile(optimizer="adam", loss=_masked_squared_error)
+    model = DNNScorer(HIDDEN, dropout=0.0, **SCORERS[scorer])
+    # Trained a step so that no weight is at its start; XLA is tested through fit elsewhere.
+    model.compile(optimizer="adam", loss=_masked_squared_error, jit_compile=False)
     model.train_on_batch({"features": features, "mask": mask}, labels)
     permutation = np.random.default_rng(5).permutation(mask.shape[1])
-    scores = ops.convert_to_numpy(model({"features": features, "mask": mask}, training=training))
-    permuted = ops.convert_to_numpy(
-        model(
-            {"features": features[:, permutation], "mask": mask[:, permutation]},
-            training=training,
+    for training in (False, True):
+        scores = ops.convert_to_numpy(
+            model({"features": features, "mask": mask}, training=training)
         )
-    )
-    np.testing.assert_allclose(permuted, scores[:, permutation], rtol=1e-5, atol=1e-6)
+        permuted = ops.convert_to_numpy(
+            model(
+                {"features": features[:, permutation], "mask": mask[:, permutation]},
+                training=training,
+            )
+        )
+        np.testing.assert_allclose(permuted, scores[:, permutation], rtol=1e-5, atol=1e-6)
 
 
-def test_save_and_load_round_trip(tmp_path):
+@pytest.mark.parametrize("preset", ["B64", "dasalc"])
+def test_save_and_load_round_trip(tmp_path, preset):
     features, mask, labels = _batch(6)
-    model = build_scorer("B64", dropout=0.25, batch_norm_momentum=0.9)
+    model = build_scorer(preset, dropout=0.25, batch_norm_momentum=0.9)
     model.compile(optimizer="adam", loss=_masked_squared_error)
     model.train_on_batch({"features": features, "mask": mask}, labels)
     path = tmp_path / "scorer.keras"
@@ -224,3 +253,48 @@ def test_mixed_precision_scores_are_float32():
         keras.config.set_dtype_policy(previous)
     assert ops.convert_to_numpy(scores).dtype == np.float32
     assert model.hidden_norms[0].moving_mean.dtype == "float32"
+
+
+def test_symmetric_log1p_is_odd_and_log1p_on_positives():
+    x = np.array([-1e6, -3.0, -1e-7, 0.0, 1e-7, 0.5, 1e30], "float32")
+    got = ops.convert_to_numpy(symmetric_log1p(x))
+    np.testing.assert_allclose(got, np.sign(x) * np.log1p(np.abs(x)), rtol=1e-6)
+    np.testing.assert_array_equal(got, -ops.convert_to_numpy(symmetric_log1p(-x)))
+
+
+def test_the_dasalc_recipe_and_its_overrides():
+    model = build_scorer("DASALC", attention_layers=0)
+    assert model.hidden_units == PRESETS["B256"] and model.input_transform == "log1p"
+    assert model.noise_stddev > 0 and model.attention_layers == 0 and model.interaction is None
+    assert build_scorer("dasalc").interaction.layers == 2
+
+
+def test_input_noise_is_drawn_in_training_only():
+    features, mask, _ = _batch(8)
+    inputs = {"features": features, "mask": mask}
+    noisy = DNNScorer(HIDDEN, noise_stddev=0.5)
+    quiet = DNNScorer(HIDDEN)
+    quiet(inputs)
+    noisy(inputs)
+    noisy.set_weights(quiet.get_weights())  # the noise layer has no weights
+    for training, same in ((False, True), (True, False)):
+        # One draw of moving averages aside, batch norm in training uses batch moments.
+        a = ops.convert_to_numpy(noisy(inputs, training=training))
+        b = ops.convert_to_numpy(quiet(inputs, training=training))
+        assert np.allclose(a, b, atol=1e-6) == same, training
+        assert np.all(a[~mask] == 0.0)
+
+
+def test_attention_never_reaches_padded_documents():
+    """Padded rows are zero, and a valid document's encoding ignores the padded ones."""
+    layer = DocumentInteraction(units=8, layers=2, heads=2)
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(2, 5, 3)).astype("float32")
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    out = ops.convert_to_numpy(layer(x, mask=mask))
+    assert out.shape == (2, 5, 8) and np.all(out[~mask] == 0.0)
+    changed = x.copy()
+    changed[0, 3:] = 1e6
+    np.testing.assert_array_equal(ops.convert_to_numpy(layer(changed, mask=mask))[0], out[0])
+    alone = ops.convert_to_numpy(layer(x[:1, :3], mask=mask[:1, :3]))
+    np.testing.assert_allclose(alone[0], out[0, :3], atol=1e-5)

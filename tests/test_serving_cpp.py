@@ -54,7 +54,13 @@ MODELS = {
     "B64": lambda: _fitted(build_scorer("B64"), 1),
     "linear": lambda: _fitted(build_scorer("LINEAR"), 2),
     "adarank": lambda: _adarank_scorer(3),
+    # DASALC's pieces, small: log1p inputs, input noise, self-attention over the list
+    "dasalc": lambda: _fitted(build_scorer("dasalc", hidden_units=(16,), attention_layers=1,
+                                           attention_units=8), 4),
 }
+INTERACTING = {"dasalc"}  # scorers whose documents meet: a document's score depends on its list
+# Signatures that take one document a string: each document is scored as a list of its own.
+DOCUMENT_SIGNATURES = ("score_examples", export.REGRESS)
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -69,10 +75,22 @@ def served(request, runner, tmp_path_factory):
         yield path, tf.saved_model.load(path).signatures, loader
 
 
+def _features(lists, documents, seed=0):
+    features = np.random.default_rng(seed).normal(size=(lists, documents, NUM_FEATURES))
+    return features.astype("float32")
+
+
 def _requests(lists, documents, seed=0):
     """Returns {signature: inputs} scoring the same random lists×documents in every signature."""
-    features = np.random.default_rng(seed).normal(size=(lists, documents, NUM_FEATURES))
-    return cpp_loader.signature_requests(features.astype("float32"))
+    return cpp_loader.signature_requests(_features(lists, documents, seed))
+
+
+def _expected(signatures, features, signature):
+    """Returns score_features' scores (flat) of `features` [B, L, F] grouped as `signature`
+    groups them: in lists, or one document a list for `DOCUMENT_SIGNATURES`."""
+    if signature in DOCUMENT_SIGNATURES:
+        features = features.reshape(-1, 1, NUM_FEATURES)
+    return _python_outputs(signatures, "score_features", {"features": features})["scores"].ravel()
 
 
 def _python_outputs(signatures, signature, inputs):
@@ -83,7 +101,7 @@ def _python_outputs(signatures, signature, inputs):
 
 
 @pytest.mark.parametrize("lists, documents", SHAPES)
-def test_every_signature_scores_as_in_python(served, lists, documents):
+def test_every_signature_scores_as_in_python(served, lists, documents, request):
     _, signatures, loader = served
     requests = _requests(lists, documents)
     assert set(requests) == set(export.SIGNATURES)
@@ -96,9 +114,14 @@ def test_every_signature_scores_as_in_python(served, lists, documents):
             assert cpp[key].dtype == np.float32 and cpp[key].shape == python[key].shape
             np.testing.assert_allclose(cpp[key], python[key], rtol=1e-5, atol=1e-6)
         scores[signature] = next(iter(cpp.values())).reshape(-1)
-    # The same documents get the same scores whichever way they are sent.
+    # The same lists get the same scores whichever way they are sent; so do documents sent one
+    # a string, and, unless the scorer lets documents meet, those are the lists' scores too.
+    features = _features(lists, documents)
     for signature in scores:
-        np.testing.assert_allclose(scores[signature], scores["score_features"], atol=1e-5)
+        expected = _expected(signatures, features, signature)
+        np.testing.assert_allclose(scores[signature], expected, atol=1e-5)
+    if request.node.callspec.params["served"] not in INTERACTING:
+        np.testing.assert_allclose(scores["score_examples"], scores["score_features"], atol=1e-5)
 
 
 def test_warmup_requests_run(served):
@@ -203,7 +226,6 @@ def _grpc_requests(lists, documents, qid):
 def test_grpc_requests_run_through_the_cpp_loader(served, qid):
     _, signatures, loader = served
     features, requests = _grpc_requests(4, 10, qid)
-    expected = _python_outputs(signatures, "score_features", {"features": features})["scores"]
     regressed = []
     for signature, inputs in requests:
         outputs, _ = loader.run(signature, inputs)
@@ -211,5 +233,7 @@ def test_grpc_requests_run_through_the_cpp_loader(served, qid):
         if signature == export.REGRESS:
             regressed.append(scores)
         else:
-            np.testing.assert_allclose(scores.reshape(-1), expected.reshape(-1), atol=1e-5)
-    np.testing.assert_allclose(np.stack(regressed), expected, atol=1e-5)
+            expected = _expected(signatures, features, signature)
+            np.testing.assert_allclose(scores.reshape(-1), expected, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(regressed),
+                               _expected(signatures, features, export.REGRESS), atol=1e-5)

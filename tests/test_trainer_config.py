@@ -58,9 +58,12 @@ def test_every_flag_lands_in_its_field(tmp_path):
         "--metrics", "ndcg@10,mrr", "--run-dir", "r", "--export-dir", "e", "--name", "n",
         "--version", "7", "--strategy", "mirrored", "--mixed-precision", "--jit",
         "--backend", "tensorflow",
+        "--input-transform", "log1p", "--noise-stddev", "0.2", "--attention-layers", "3",
     ])
     assert (config.data.dir, config.data.list_size) == ("d", 50)
     assert (config.model.preset, config.model.dropout, config.model.batch_norm_momentum) == ("B128", 0.1, 0.9)
+    assert (config.model.input_transform, config.model.noise_stddev,
+            config.model.attention_layers) == ("log1p", 0.2, 3)
     assert (config.optimizer.name, config.optimizer.learning_rate) == ("adam", 0.001)
     assert (config.train.batch_size, config.train.epochs, config.train.seed) == (16, 4, 3)
     assert (config.train.select_metric, config.train.patience) == ("map", 2)

@@ -32,6 +32,12 @@ received shape, rather than with an error deep in the network. Every valid slot 
 scores are per document, so a client pads short lists with any finite values and ignores their
 scores. An empty batch gets empty scores from every signature.
 
+A scorer whose documents meet (DASALC's self-attention over the list, `tfapprox.models.
+DocumentInteraction`) scores each document in the context of its list. Its signatures are the
+same, but send whole lists: ELWCs to `serving_default` and `predict`, and to `score_features` lists
+without padding (every slot there is a document, so padding would join the list);
+`score_examples` and `regress` score each document as a list of its own.
+
 Bad requests get an InvalidArgumentError naming the signature, and neither the error nor the
 server's log quotes the request's bytes:
 - strings that are not the signature's proto kind (a tf.Example to `serving_default`, an ELWC to

@@ -1,23 +1,36 @@
-"""The deep batch-norm scorer of Bruch et al. (SIGIR 2019) and its padding-safe batch norm.
+"""The deep batch-norm scorer of Bruch et al. (SIGIR 2019), DASALC's additions (Qin et al., ICLR
+2021), and the padding-safe layers they are made of.
 
 A scorer maps a batch of padded lists to one score per document:
 
     {"features": float32 [B, L, F], "mask": bool [B, L]}  (or a bare [B, L, F] tensor)
         -> scores float32 [B, L]
 
-Each document is scored on its own features only, so the scorer is permutation-equivariant over
-the list. The one place where documents meet is batch normalisation; `MaskedBatchNormalization`
-computes its batch moments over the valid documents only, so padded slots never change a valid
-document's score nor the moving averages. Padded slots get score 0.
+The pipeline: input transform (`symmetric_log1p` and/or `MaskedBatchNormalization`) -> Gaussian
+noise (training only) -> per-document tower, optionally crossed with a `DocumentInteraction`
+block -> Dense(1). Without the interaction block each document is scored on its own features;
+with it, documents of a list attend to each other, but without positions, so either way the scorer
+is permutation-equivariant over the list. Batch norm and attention see valid documents only, so
+padded slots never change a valid document's score nor the moving averages. Padded slots score 0.
 
-Reference: S. Bruch, M. Zoghi, M. Bendersky, M. Najork. "Revisiting Approximate Metric
-Optimization in the Age of Deep Neural Networks". SIGIR 2019.
+References: S. Bruch, M. Zoghi, M. Bendersky, M. Najork. "Revisiting Approximate Metric
+Optimization in the Age of Deep Neural Networks". SIGIR 2019. Z. Qin, L. Yan, H. Zhuang, Y. Tay,
+R. K. Pasumarthi, X. Wang, M. Bendersky, M. Najork. "Are Neural Rankers still Outperformed by
+Gradient Boosted Decision Trees?". ICLR 2021.
 """
 
 import keras
 from keras import ops
 
-__all__ = ["PRESETS", "DNNScorer", "MaskedBatchNormalization", "build_scorer"]
+__all__ = [
+    "PRESETS",
+    "RECIPES",
+    "DNNScorer",
+    "DocumentInteraction",
+    "MaskedBatchNormalization",
+    "build_scorer",
+    "symmetric_log1p",
+]
 
 # Hidden-layer widths of the B-nets: B<n> starts at n units and halves down to 16. LINEAR has no
 # hidden layer: batch-normalised features and one Dense(1), a linear scorer (as in Chen et al. 2009).
@@ -29,6 +42,27 @@ PRESETS = {
     "B512": (512, 256, 128, 64, 32, 16),
     "B1024": (1024, 512, 256, 128, 64, 32, 16),
 }
+
+# Scorer recipes beyond the B-nets' widths: DNNScorer arguments by name. DASALC (Qin et al., ICLR
+# 2021): log1p-transformed, batch-normalised inputs with Gaussian noise, a B256 tower crossed with
+# two layers of 2-head self-attention over the list (its widths cut from the paper's 1024 to fit
+# the shared sets and a CPU).
+RECIPES = {
+    "DASALC": {
+        "hidden_units": PRESETS["B256"],
+        "input_transform": "log1p",
+        "noise_stddev": 0.1,
+        "attention_layers": 2,
+        "attention_heads": 2,
+        "attention_units": 64,
+    },
+}
+INPUT_TRANSFORMS = ("none", "log1p")
+
+
+def symmetric_log1p(x):
+    """Returns `sign(x) · ln(1 + |x|)` elementwise (Qin et al., ICLR 2021, §4.1)."""
+    return ops.sign(x) * ops.log1p(ops.abs(x))
 
 
 def _split_inputs(inputs):
@@ -168,6 +202,94 @@ class MaskedBatchNormalization(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
+class DocumentInteraction(keras.layers.Layer):
+    """Returns `[B, L, units]` per-document encodings that have attended to the other documents of
+    their list: DASALC's document-interaction network (Qin et al., ICLR 2021, §4.3).
+
+    `x = Dense(units)(inputs)`, then `layers` times a Transformer encoder block without positions:
+    `x = LayerNorm(x + Dropout(MultiHeadAttention(x, x)))`, `x = LayerNorm(x + FFN(x))` with
+    `FFN = Dense(units, relu) -> Dense(units)`. Padded documents are masked as keys (no valid
+    document attends to them) and as queries (their rows are zeroed after every block), so padding
+    never reaches a valid document. Without positional encodings the block is permutation-
+    equivariant over the list. Cost is O(L²) per list and head.
+
+    Args:
+        units: Width of the encodings (divisible by `heads`).
+        layers: Number of stacked blocks, >= 1.
+        heads: Attention heads per block, >= 1.
+        dropout: Dropout rate inside the blocks, in [0, 1).
+    """
+
+    def __init__(self, units=64, layers=1, heads=2, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        for name, value in (("units", units), ("layers", layers), ("heads", heads)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1; received {name}={value!r}.")
+        if units % heads:
+            raise ValueError(
+                f"units must be divisible by heads; received units={units!r}, heads={heads!r}."
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1); received dropout={dropout!r}.")
+        self.units, self.layers, self.heads, self.dropout = units, layers, heads, float(dropout)
+        self.supports_masking = True
+        self.projection = keras.layers.Dense(units, name="projection")
+        # One list per kind of sublayer (Keras tracks lists of layers), index i for block i.
+        self.attentions = [
+            keras.layers.MultiHeadAttention(
+                heads, units // heads, dropout=self.dropout, name=f"attention_{i}"
+            )
+            for i in range(layers)
+        ]
+        self.attention_dropouts = [
+            keras.layers.Dropout(self.dropout, name=f"dropout_{i}") for i in range(layers)
+        ]
+        self.attention_norms = [
+            keras.layers.LayerNormalization(name=f"attention_norm_{i}") for i in range(layers)
+        ]
+        self.ffn_hidden = [
+            keras.layers.Dense(units, activation="relu", name=f"ffn_hidden_{i}")
+            for i in range(layers)
+        ]
+        self.ffn_output = [keras.layers.Dense(units, name=f"ffn_output_{i}") for i in range(layers)]
+        self.ffn_norms = [
+            keras.layers.LayerNormalization(name=f"ffn_norm_{i}") for i in range(layers)
+        ]
+
+    def build(self, input_shape):
+        self.projection.build(input_shape)
+        shape = (None, None, self.units)
+        for attention in self.attentions:
+            attention.build(shape, shape)
+        for layer in self.attention_norms + self.ffn_hidden + self.ffn_output + self.ffn_norms:
+            layer.build(shape)
+
+    def call(self, inputs, mask, training=False):
+        valid = ops.expand_dims(ops.cast(mask, "bool"), -1)  # [B, L, 1] queries
+        attends = ops.logical_and(valid, ops.expand_dims(ops.cast(mask, "bool"), 1))  # [B, L, L]
+        x = self.projection(inputs)
+        for i in range(self.layers):
+            attended = self.attentions[i](x, x, attention_mask=attends, training=training)
+            attended = self.attention_dropouts[i](attended, training=training)
+            x = self.attention_norms[i](x + attended)
+            x = self.ffn_norms[i](x + self.ffn_output[i](self.ffn_hidden[i](x)))
+            x = ops.where(valid, x, ops.zeros_like(x))
+        return x
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.units,)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "layers": self.layers,
+            "heads": self.heads,
+            "dropout": self.dropout,
+        }
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
 class DNNScorer(keras.Model):
     """Returns scores `[B, L]` for padded lists of documents, one feed-forward pass per document.
 
@@ -176,6 +298,13 @@ class DNNScorer(keras.Model):
     ReLU -> dropout, then Dense(1). Every batch norm is a `MaskedBatchNormalization`, so padded
     slots never enter batch statistics or moving averages. Padded features are replaced by zeros
     before the first layer (NaN or inf there cannot reach a gradient) and padded slots score 0.
+
+    DASALC's additions (Qin et al., ICLR 2021), each off by default: `input_transform="log1p"`
+    applies `symmetric_log1p` before the input batch norm; `noise_stddev > 0` adds Gaussian noise
+    `N(0, σ²)` to the (transformed, normalised) inputs in training only; `attention_layers > 0`
+    runs a `DocumentInteraction` block on those inputs, projects its output `a` to the tower's
+    last width and crosses it into the tower's output `h` as `(1 + a) ⊙ h` (latent cross) before
+    Dense(1).
 
     Inputs are `{"features": float [B, L, F], "mask": bool [B, L]}` (mask optional) or a bare
     `[B, L, F]` tensor in which every slot is valid. The output layer runs in float32, so scores
@@ -186,7 +315,12 @@ class DNNScorer(keras.Model):
         dropout: Dropout rate after each hidden block's ReLU, in [0, 1).
         batch_norm_momentum: Momentum of every batch norm's moving averages, in [0, 1).
         batch_norm_epsilon: Epsilon of every batch norm, > 0.
-        input_batch_norm: Whether to batch-normalise the raw features.
+        input_batch_norm: Whether to batch-normalise the (transformed) features.
+        input_transform: `"none"` or `"log1p"` (`sign(x) · ln(1 + |x|)`, before the batch norm).
+        noise_stddev: σ of the Gaussian noise added to the inputs in training, >= 0 (0: none).
+        attention_layers: Stacked self-attention blocks over the list, >= 0 (0: none).
+        attention_heads: Heads per attention block.
+        attention_units: Width of the attention blocks (divisible by `attention_heads`).
     """
 
     def __init__(
@@ -196,6 +330,11 @@ class DNNScorer(keras.Model):
         batch_norm_momentum=0.99,
         batch_norm_epsilon=1e-3,
         input_batch_norm=True,
+        input_transform="none",
+        noise_stddev=0.0,
+        attention_layers=0,
+        attention_heads=2,
+        attention_units=64,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -211,6 +350,23 @@ class DNNScorer(keras.Model):
         self.batch_norm_momentum = float(batch_norm_momentum)
         self.batch_norm_epsilon = float(batch_norm_epsilon)
         self.input_batch_norm = bool(input_batch_norm)
+        if input_transform not in INPUT_TRANSFORMS:
+            raise ValueError(
+                f"input_transform must be one of {INPUT_TRANSFORMS}; received "
+                f"input_transform={input_transform!r}."
+            )
+        if not noise_stddev >= 0.0:
+            raise ValueError(f"noise_stddev must be >= 0; received noise_stddev={noise_stddev!r}.")
+        if not isinstance(attention_layers, int) or attention_layers < 0:
+            raise ValueError(
+                f"attention_layers must be an integer >= 0; received "
+                f"attention_layers={attention_layers!r}."
+            )
+        self.input_transform = input_transform
+        self.noise_stddev = float(noise_stddev)
+        self.attention_layers = attention_layers
+        self.attention_heads = attention_heads
+        self.attention_units = attention_units
 
         def batch_norm(name):
             return MaskedBatchNormalization(
@@ -223,6 +379,22 @@ class DNNScorer(keras.Model):
             self.hidden_dense.append(keras.layers.Dense(units, use_bias=False, name=f"dense_{i}"))
             self.hidden_norms.append(batch_norm(f"batch_norm_{i}"))
             self.dropouts.append(keras.layers.Dropout(self.dropout, name=f"dropout_{i}"))
+        self.noise = (
+            keras.layers.GaussianNoise(self.noise_stddev, name="input_noise")
+            if self.noise_stddev > 0
+            else None
+        )
+        if attention_layers:
+            self.interaction = DocumentInteraction(
+                units=attention_units,
+                layers=attention_layers,
+                heads=attention_heads,
+                dropout=self.dropout,
+                name="document_interaction",
+            )
+            self.cross = None  # Dense(tower width), made in build: the width may be F
+        else:
+            self.interaction = self.cross = None
         self.output_dense = keras.layers.Dense(1, dtype="float32", name="score")
 
     def build(self, input_shape):
@@ -236,6 +408,12 @@ class DNNScorer(keras.Model):
         width = num_features
         if self.input_norm is not None:
             self.input_norm.build((None, None, width))
+        if self.interaction is not None:
+            self.interaction.build((None, None, width))
+            self.cross = keras.layers.Dense(
+                self.hidden_units[-1] if self.hidden_units else width, name="latent_cross"
+            )
+            self.cross.build((None, None, self.attention_units))
         for dense, norm in zip(self.hidden_dense, self.hidden_norms):
             dense.build((None, None, width))
             width = dense.units
@@ -246,13 +424,21 @@ class DNNScorer(keras.Model):
         features, mask = _split_inputs(inputs)
         valid = ops.expand_dims(mask, -1)
         x = ops.where(valid, features, ops.zeros_like(features))
+        if self.input_transform == "log1p":
+            x = symmetric_log1p(x)
         if self.input_norm is not None:
             x = self.input_norm(x, mask=mask, training=training)
+        if self.noise is not None:
+            x = self.noise(x, training=training)
+        inputs = x
         for dense, norm, dropout in zip(self.hidden_dense, self.hidden_norms, self.dropouts):
             x = dense(x)
             x = norm(x, mask=mask, training=training)
             x = ops.relu(x)
             x = dropout(x, training=training)
+        if self.interaction is not None:
+            interactions = self.interaction(inputs, mask=mask, training=training)
+            x = (1.0 + self.cross(interactions)) * x
         scores = ops.squeeze(self.output_dense(x), axis=-1)
         return ops.where(mask, scores, ops.zeros_like(scores))
 
@@ -268,16 +454,30 @@ class DNNScorer(keras.Model):
             "batch_norm_momentum": self.batch_norm_momentum,
             "batch_norm_epsilon": self.batch_norm_epsilon,
             "input_batch_norm": self.input_batch_norm,
+            "input_transform": self.input_transform,
+            "noise_stddev": self.noise_stddev,
+            "attention_layers": self.attention_layers,
+            "attention_heads": self.attention_heads,
+            "attention_units": self.attention_units,
         }
 
 
 def build_scorer(preset="B1024", **kwargs):
-    """Returns a `DNNScorer` with the hidden widths of `preset` (a key of `PRESETS`).
+    """Returns a `DNNScorer` with the hidden widths of `preset` (a key of `PRESETS`) or the
+    arguments of a recipe (a key of `RECIPES`, e.g. `"dasalc"`).
 
-    `preset` is case-insensitive; `kwargs` go to `DNNScorer` (dropout, batch_norm_momentum, ...).
+    `preset` is case-insensitive; `kwargs` go to `DNNScorer` (dropout, batch_norm_momentum,
+    input_transform, ...) and override a recipe's arguments.
     """
     key = str(preset).upper()
-    if key not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}; received preset={preset!r}.")
-    kwargs.setdefault("name", f"dnn_scorer_{key.lower()}")
-    return DNNScorer(hidden_units=PRESETS[key], **kwargs)
+    if key in RECIPES:
+        arguments = dict(RECIPES[key])
+    elif key in PRESETS:
+        arguments = {"hidden_units": PRESETS[key]}
+    else:
+        raise ValueError(
+            f"preset must be one of {sorted(PRESETS) + sorted(RECIPES)}; received "
+            f"preset={preset!r}."
+        )
+    arguments.setdefault("name", f"dnn_scorer_{key.lower()}")
+    return DNNScorer(**{**arguments, **kwargs})

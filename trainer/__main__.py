@@ -34,6 +34,9 @@ _FLAG_KEYS = {
     "preset": "model.preset",
     "dropout": "model.dropout",
     "bn_momentum": "model.batch_norm_momentum",
+    "input_transform": "model.input_transform",
+    "noise_stddev": "model.noise_stddev",
+    "attention_layers": "model.attention_layers",
     "loss": "loss.name",
     "optimizer": "optimizer.name",
     "learning_rate": "optimizer.learning_rate",
@@ -131,9 +134,19 @@ def _parser() -> argparse.ArgumentParser:
                    "(AdaRank.NDCG, whole list), ndcg@k, p@k, mrr (default ndcg)")
     g.add_argument("--adarank-rounds", type=int,
                    help="AdaRank's rounds at most (default 100); the best on validation is kept")
-    g.add_argument("--preset", help="scorer preset: linear, B64, B128, B256, B512, B1024")
+    g.add_argument("--preset", help="scorer preset: linear, B64, B128, B256, B512, B1024, or "
+                   "dasalc (Qin et al. 2021: log1p inputs, input noise, self-attention over the "
+                   "list; tfapprox.models.RECIPES)")
     g.add_argument("--dropout", type=float)
     g.add_argument("--bn-momentum", type=float, help="batch-norm momentum")
+    g.add_argument("--input-transform", choices=("none", "log1p"),
+                   help="applied to the features before the input batch norm (default: the "
+                   "preset's)")
+    g.add_argument("--noise-stddev", type=float,
+                   help="σ of Gaussian noise on the inputs in training, 0 for none (default: "
+                   "the preset's)")
+    g.add_argument("--attention-layers", type=int,
+                   help="self-attention blocks over the list, 0 for none (default: the preset's)")
     g.add_argument("--loss", help="a tfapprox.losses name (approx_ndcg, approx_ap, ranknet, "
                    "listmle, lambdarank, softrank, svm_map, ...) or a TF-Ranking RankingLossKey "
                    "(softmax_loss, pairwise_hinge_loss, gumbel_approx_ndcg_loss, ...); "

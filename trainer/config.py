@@ -51,9 +51,15 @@ class DataConfig:
 @dataclasses.dataclass
 class ModelConfig:
     kind: str = "dnn"  # dnn: a scorer trained on `loss`; adarank: AdaRank (tfapprox.adarank)
-    preset: str = "B256"
+    preset: str = "B256"  # a B-net (linear, B64 ... B1024) or a recipe (dasalc)
     dropout: float = 0.0
     batch_norm_momentum: float | None = None  # None: the scorer's default
+    # DASALC's pieces, each None for the preset's own choice (the B-nets: none of them), so that
+    # an ablation switches one off or on: "none" or "log1p"; σ of the training-only input noise;
+    # self-attention blocks over the list (0: none).
+    input_transform: str | None = None
+    noise_stddev: float | None = None
+    attention_layers: int | None = None
     adarank_measure: str = "ndcg"  # E of AdaRank: map, ndcg, ndcg@k, p@k, mrr
     adarank_rounds: int = 100  # at most this many boosting rounds; the best on validation is kept
 

@@ -438,9 +438,15 @@ def describe_method(config: Config) -> str:
     if config.model.kind == "adarank":
         return (f"AdaRank (Xu & Li 2007) on {config.model.adarank_measure}, at most "
                 f"{config.model.adarank_rounds} rounds | linear scorer")
-    return (f"loss {_describe_loss(config)} | model {config.model.preset} | "
+    return (f"loss {_describe_loss(config)} | model {_describe_model(config)} | "
             f"{config.optimizer.name} lr {config.optimizer.learning_rate} | batch "
             f"{config.train.batch_size} lists")
+
+
+def _describe_model(config: Config) -> str:
+    options = {k: v for k, v in _scorer_kwargs(config).items() if k != "dropout"}
+    return config.model.preset + (f"({', '.join(f'{k}={v}' for k, v in options.items())})"
+                                  if options else "")
 
 
 def _describe_loss(config: Config) -> str:
@@ -506,8 +512,9 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
 
 def _scorer_kwargs(config: Config) -> dict[str, Any]:
     kwargs = {"dropout": config.model.dropout}
-    if config.model.batch_norm_momentum is not None:
-        kwargs["batch_norm_momentum"] = config.model.batch_norm_momentum
+    for key in ("batch_norm_momentum", "input_transform", "noise_stddev", "attention_layers"):
+        if getattr(config.model, key) is not None:
+            kwargs[key] = getattr(config.model, key)
     return kwargs
 
 

@@ -58,8 +58,7 @@ alone, saying which runs are missing.
 
 Budget: a B64 run on an OHSUMED fold takes 10-30 s on one core of the 2-core CI machine, a LightGBM
 run about 1 s; the whole set (both sets, 5 folds, 3 seeds) is about 1,100 neural runs, 5-8 CPU-hours.
-Needs the `experiments` extra (LightGBM, XGBoost, CatBoost, matplotlib, scipy). A setting whose loss
-this tfapprox does not have is skipped with one line saying so.
+Needs the `experiments` extra (LightGBM, XGBoost, CatBoost, matplotlib, scipy).
 """
 
 from __future__ import annotations
@@ -86,7 +85,6 @@ def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Pa
 
     `fold_files`: {set name: {fold: {split: files}}}; `data_keys`: as from `_data_keys`.
     """
-    settings = [s for s in settings if _runnable(s)]
     planned = list(dict.fromkeys(run for name in fold_files for setting in settings
                                  for run in runs_of(setting, name, folds, seeds, epochs,
                                                     data_keys.get(name))))
@@ -102,20 +100,6 @@ def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Pa
         os.replace(partial, path)  # a killed run leaves no half-written result
         print(f"[{i}/{len(missing)}] {run.dataset} Fold{run.fold} seed{run.seed} {run.label()}: "
               f"{result['wall_seconds']} s", flush=True)
-
-
-def _runnable(setting) -> bool:
-    """Whether this tfapprox has the setting's loss (GBDTs and AdaRank always run); says why not."""
-    from tfapprox import losses
-
-    if setting.model in GBDTS or setting.model == "adarank":
-        return True
-    try:
-        losses.get(setting.loss)
-    except ValueError:
-        print(f"skipped: {setting.label()}: this tfapprox has no loss {setting.loss!r}", flush=True)
-        return False
-    return True
 
 
 def _counting_from(minimum: int):

@@ -18,9 +18,7 @@ Rax with `--rax`): it runs on a GPU machine that has no TensorFlow. It prints, i
    with `--rax`, beside Rax's `approx_t12n(ndcg_metric)` and `approx_t12n(ap_metric)` (temperature
    1/alpha = 0.1, as ours), `pairwise_logistic_loss`, `listmle_loss` and `softmax_loss`, timed in
    alternating rounds (best of `--rounds`), and the ratio ours / Rax. The path column says which
-   of `tfapprox.pair_sums`' compiled-mode choices each loss took (benchmarks/pair_paths.py). The
-   Softmax row is the loss that `tfapprox.losses.get("softmax_loss")` names: "not in this build"
-   where there is none.
+   of `tfapprox.pair_sums`' compiled-mode choices each loss took (benchmarks/pair_paths.py).
 4. A training step of the B1024 scorer (`build_scorer("B1024")`, 136 features as MSLR-WEB30K, Adagrad,
    ApproxNDCG; a jitted stateless Keras step on device-resident batches) at lists of 100 (320 lists
    a step) and 1000 (32 lists), in float32 and mixed bfloat16: documents/s, and the share of the
@@ -90,14 +88,6 @@ def import_rax():
     import rax
 
     return rax
-
-
-def our_loss(row):
-    """Returns the tfapprox loss of `row`, or None when this build has none by that name."""
-    try:
-        return losses.get(OUR_LOSSES[row])
-    except (KeyError, ValueError):
-        return None
 
 
 def lists(list_size, batch, seed=0):
@@ -187,17 +177,15 @@ def loss_rows(sizes, seconds, rounds, rax_losses):
     """Returns [(row, list size, batch, ours lists/s or None, Rax lists/s or None, path)]."""
     rows = []
     for row in OUR_LOSSES:
-        ours = our_loss(row)
+        ours = losses.get(OUR_LOSSES[row])
         for list_size, batch in sizes:
             labels, scores = lists(list_size, batch)
-            steps, path = [], "not in this build"
-            if ours is not None:
-                steps.append(blocking(gradient_of(ours, True), labels, scores))
-                path = paths(ours, labels, scores)
+            steps = [blocking(gradient_of(ours, True), labels, scores)]
+            path = paths(ours, labels, scores)
             if rax_losses:
                 steps.append(blocking(gradient_of(rax_losses[row], False), labels, scores))
             rates = [rate * batch for rate in best_rate(steps, seconds, rounds)]
-            mine = rates.pop(0) if ours is not None else None
+            mine = rates.pop(0)
             theirs = rates.pop(0) if rax_losses else None
             rows.append((row, list_size, batch, mine, theirs, path))
             print(f"  {rows[-1]}", file=sys.stderr, flush=True)
@@ -269,10 +257,9 @@ def loss_table(rows, with_rax):
     lines = ["| loss | list size | batch | tfapprox lists/s | Rax lists/s | tfapprox / Rax | path |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for row, list_size, batch, ours, theirs, path in rows:
-        ours_text = "not in this build" if ours is None else f"{ours:,.0f}"
         theirs_text = f"{theirs:,.0f}" if theirs is not None else ("" if not with_rax else "-")
-        ratio = f"{ours / theirs:.2f}×" if ours is not None and theirs else ""
-        lines.append(f"| {row} | {list_size} | {batch} | {ours_text} | {theirs_text} | {ratio} "
+        ratio = f"{ours / theirs:.2f}×" if theirs else ""
+        lines.append(f"| {row} | {list_size} | {batch} | {ours:,.0f} | {theirs_text} | {ratio} "
                      f"| {path} |")
     return "\n".join(lines)
 

@@ -164,7 +164,10 @@ def test_padding_changes_no_valid_score_nor_moving_stats(fill, scorer):
             with_pads({"features": padded[0], "mask": padded[1]}, training=training)
         )
         assert np.all(np.isfinite(got))
-        np.testing.assert_allclose(got[:, :list_size][mask], expected[mask], rtol=1e-5, atol=1e-5)
+        # attention sums over 7 keys in one model and 12 (5 masked) in the other: the same terms
+        # in another order, whose rounding the trained weights carry into scores of up to ~40
+        rtol = 1e-4 if SCORERS[scorer].get("attention_layers") else 1e-5
+        np.testing.assert_allclose(got[:, :list_size][mask], expected[mask], rtol=rtol, atol=1e-5)
         assert np.all(got[~padded[1]] == 0.0)
 
 

@@ -223,7 +223,7 @@ def test_an_existing_export_version_is_refused_before_training(tmp_path, cache_d
     (["--preset", "B7"], "preset must be one of"),
     (["--bn-momentum", "1.5"], "momentum must be in [0, 1)"),
     (["--preset", "dasalc", "--noise-stddev", "-1"], "noise_stddev must be >= 0"),
-    (["--metrics", "ndcg@5,recall"], "recall"),
+    (["--metrics", "ndcg@5,bpref"], "unknown metric 'bpref'"),
     (["--data-dir", "no/such/fold"], "data directory no/such/fold does not exist"),
     (["--train", "t.txt", "--vali", "v.txt"], "no data files match 't.txt'"),
     (["--name", "a/b"], "export.name must be a directory name"),

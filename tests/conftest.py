@@ -212,7 +212,7 @@ def registered(base):
 # no code of their own in the other modes, so the mode-by-mode tests take them in fewer modes.
 SKELETON_VARIANTS = {"CalibratedSoftmaxLoss", "PairwiseLogisticLoss", "PairwiseSoftZeroOneLoss",
                      "PairwiseMSELoss", "MeanSquaredLoss", "ApproxMRRLoss", "GumbelApproxAPLoss",
-                     "GumbelApproxPrecisionLoss", "YetiLogisticLoss"}
+                     "GumbelApproxPrecisionLoss", "YetiLogisticLoss", "OrdinalLoss"}
 
 
 def registered_losses_in_modes(modes, variant_modes):

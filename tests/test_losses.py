@@ -332,7 +332,6 @@ TFRANKING_LOSS_KEYS = [
     "unique_softmax_loss", "sigmoid_cross_entropy_loss", "mean_squared_loss", "ordinal_loss",
     "list_mle_loss", "approx_ndcg_loss", "approx_mrr_loss", "gumbel_approx_ndcg_loss",
     "coupled_rankdistil_loss"]
-NOT_YET = {"ordinal_loss"}  # docs/migrating.md says so
 
 
 def _migration_rows(heading):
@@ -353,10 +352,6 @@ def test_every_tfranking_loss_and_lambda_weight_has_a_migration_row():
 
 @pytest.mark.parametrize("key", TFRANKING_LOSS_KEYS)
 def test_get_takes_every_tfranking_loss_key_with_its_arguments(key):
-    if key in NOT_YET:
-        with pytest.raises(ValueError, match=f"unknown loss '{key}'"):
-            losses.get(key)
-        return
     loss = losses.get(key, reduction="auto", lambda_weight=None, name=None)
     assert loss.reduction == "sum_over_batch_size"
     if key in ("softmax_loss", "pairwise_hinge_loss", "list_mle_loss"):
@@ -521,3 +516,73 @@ def test_neural_ndcg_is_allranks_formula_and_tends_to_minus_ndcg(params, rng):
     sharp = per_list(losses.NeuralNDCGLoss(temperature=1e-3, reduction=None), labels, scores)
     exact = per_list(losses.ApproxNDCGLoss(alpha=1e4, reduction=None), labels, scores)
     np.testing.assert_allclose(sharp, exact, atol=1e-4)
+
+
+# --- OrdinalLoss: K logits per document, [B, L, K] -----------------------------------------------
+
+def _ordinal_reference(y, logits, fraction):
+    """Per list: the mean over documents of Σ_j sigmoid cross-entropy against 1{y ≥ j} (or the
+    clipped fraction), written as loops."""
+    total = 0.0
+    for label, row in zip(y, logits):
+        for j, s in enumerate(row, start=1):
+            target = min(max(label - j + 1, 0.0), 1.0) if fraction else float(label >= j)
+            total += -target * np.log(_sigmoid(s)) - (1 - target) * np.log(1 - _sigmoid(s))
+    return total / len(y)
+
+
+@pytest.mark.parametrize("fraction", [False, True])
+def test_ordinal_loss_is_the_formula_and_padding_takes_no_part(fraction, rng):
+    """K = 3 logits per document; labels 0..4 with fractions; padded slots on both sides hold
+    NaN, inf and huge logits: the same values, zero gradient there (padding in the dict form
+    too)."""
+    loss = losses.OrdinalLoss(ordinal_size=3, use_fraction_label=fraction, reduction=None)
+    labels = rng.integers(0, 5, size=(4, 6)).astype(np.float32)
+    labels[:, :3] += rng.uniform(0, 1, size=(4, 3)).astype(np.float32)
+    labels[:, 0], labels[:, 1] = 0.0, 2.5
+    logits = rng.normal(scale=2.0, size=(4, 6, 3)).astype(np.float32)
+    ours = per_list(loss, labels, logits)
+    for value, y, s in zip(ours, labels.astype(float), logits.astype(float)):
+        assert math.isclose(value, _ordinal_reference(y, s, fraction), rel_tol=1e-5)
+    pad = rng.normal(scale=1e3, size=(4, 2, 3)).astype(np.float32)
+    pad[0, 0, 0], pad[1, 1, 2], pad[2, 0, 1] = np.nan, np.inf, -np.inf
+    padded_labels = np.concatenate([-np.ones((4, 1)), labels, -np.ones((4, 1))], 1)
+    padded_logits = np.concatenate([pad[:, :1], logits, pad[:, 1:]], axis=1)
+    value, grad = loss_and_grad(lambda y, s: loss.call(y, s), labels, logits, COMPILE_MODES[-1])
+    padded_value, padded_grad = loss_and_grad(lambda y, s: loss.call(y, s), padded_labels,
+                                              padded_logits, COMPILE_MODES[-1])
+    np.testing.assert_allclose(padded_value, value, rtol=1e-6)
+    np.testing.assert_allclose(padded_grad[:, 1:-1], grad, rtol=1e-5, atol=1e-7)
+    assert np.all(padded_grad[:, [0, -1]] == 0)
+    as_dict = {"labels": np.maximum(padded_labels, 0.0), "mask": padded_labels >= 0}
+    np.testing.assert_allclose(per_list(loss, as_dict, padded_logits), ours, rtol=1e-6)
+
+
+def test_ordinal_loss_shapes_config_and_score(rng):
+    """K = 1 takes `[B, L]` scores too; another width is named in the error; the config keeps
+    `ordinal_size` and `use_fraction_label`; the expected label ranks."""
+    labels, scores = random_batch(rng, batch=3, list_size=5)
+    labels[:, 0] = 2.0
+    one = losses.get("ordinal_loss", reduction=None)
+    np.testing.assert_allclose(per_list(one, labels, scores),
+                               per_list(one, labels, scores[..., None]), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"must have shape \[batch, list_size, 2\] \(2 outputs "
+                                         r"per document\); got shape \(3, 5, 3\)"):
+        losses.OrdinalLoss(ordinal_size=2)(labels, np.zeros((3, 5, 3), np.float32))
+    with pytest.raises(ValueError, match="`ordinal_size` must be an int >= 1; got 0"):
+        losses.OrdinalLoss(ordinal_size=0)
+    loss = losses.get("ordinal_loss", ordinal_size=2, use_fraction_label=True)
+    rebuilt = keras.losses.deserialize(keras.losses.serialize(loss))
+    assert (rebuilt.ordinal_size, rebuilt.use_fraction_label) == (2, True)
+    logits = np.array([[[3.0, 3.0], [3.0, -3.0], [-3.0, -3.0]]], np.float32)
+    np.testing.assert_allclose(to_numpy(losses.OrdinalLoss.expected_labels(logits)),
+                               [[1.905148, 1.0, 0.094852]], rtol=1e-5)
+
+
+def test_every_loss_constructor_shows_ragged_in_its_signature():
+    """`RankingLoss.__init_subclass__` adds the keyword `ragged` to every constructor."""
+    import inspect
+
+    for cls in (losses.OrdinalLoss, losses.SoftmaxLoss, losses.ApproxNDCGLoss):
+        parameter = inspect.signature(cls).parameters["ragged"]
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is False

@@ -22,7 +22,7 @@ def _static_shape(x):
     return tuple(x.shape)
 
 
-def standardize(y_true, y_pred, ragged=False):
+def standardize(y_true, y_pred, ragged=False, outputs=None):
     """Returns `(labels, mask, scores)`: float32 `[B, L]`, bool `[B, L]`, float32 `[B, L]`.
 
     `y_true` is a `[B, L]` tensor of graded labels (a label < 0 marks padding) or a dict
@@ -30,7 +30,8 @@ def standardize(y_true, y_pred, ragged=False):
     label 0 and score 0, so a NaN or huge value there cannot reach any value or gradient.
     A NaN label is not a padding marker: it stays, on a real document, for `nan_input_lists` to
     find. Scores in float16/bfloat16 are computed in float32. With `ragged=True`, any of them
-    may be a `tf.RaggedTensor` `[B, (L)]` (`dense_lists`).
+    may be a `tf.RaggedTensor` `[B, (L)]` (`dense_lists`). With `outputs` = K, `y_pred` holds K
+    outputs per document, `[B, L, K]` (`[B, L]` too when K = 1), and scores are `[B, L, K]`.
     """
     if isinstance(y_true, dict):
         if "labels" not in y_true:
@@ -47,6 +48,10 @@ def standardize(y_true, y_pred, ragged=False):
         _check_dense(what, tensor)
     labels = ops.stop_gradient(ops.cast(ops.convert_to_tensor(labels), COMPUTE_DTYPE))
     scores = ops.cast(ops.convert_to_tensor(y_pred), COMPUTE_DTYPE)
+    outputs_per_document = None
+    if outputs is not None:
+        outputs_per_document = _per_document_outputs(scores, outputs)
+        scores = outputs_per_document[..., 0]  # one per document, for the checks below
     if len(scores.shape) == 3 and scores.shape[-1] == 1:
         scores = ops.squeeze(scores, axis=-1)
     if len(labels.shape) == 3 and labels.shape[-1] == 1:
@@ -69,8 +74,20 @@ def standardize(y_true, y_pred, ragged=False):
                 f"{_static_shape(labels)}")
         valid = ops.logical_and(valid, ops.cast(mask, "bool"))
     labels = ops.where(valid, labels, 0.0)
+    if outputs_per_document is not None:
+        return labels, valid, ops.where(ops.expand_dims(valid, -1), outputs_per_document, 0.0)
     scores = ops.where(valid, scores, 0.0)
     return labels, valid, scores
+
+
+def _per_document_outputs(scores, outputs):
+    """Returns `scores` as `[B, L, outputs]`, or raises ValueError naming its shape."""
+    if len(scores.shape) == 2 and outputs == 1:
+        scores = ops.expand_dims(scores, -1)
+    if len(scores.shape) != 3 or scores.shape[-1] != outputs:
+        raise ValueError(f"y_pred (scores) must have shape [batch, list_size, {outputs}] "
+                         f"({outputs} outputs per document); got shape {_static_shape(scores)}")
+    return scores
 
 
 def _is_ragged(tensor):
@@ -190,7 +207,10 @@ def nan_input_lists(labels, scores):
     """
     if len(labels.shape) == 3:  # subtopic labels [B, L, T]
         labels = ops.sum(labels, axis=-1)
-    return ops.any(ops.logical_or(ops.isnan(labels), ops.isnan(scores)), axis=-1)
+    nan_scores = ops.isnan(scores)
+    if len(scores.shape) == 3:  # K outputs per document [B, L, K]
+        nan_scores = ops.any(nan_scores, axis=-1)
+    return ops.any(ops.logical_or(ops.isnan(labels), nan_scores), axis=-1)
 
 
 def _shapes_compatible(a, b):

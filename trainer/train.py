@@ -385,9 +385,15 @@ def check_components(config: Config) -> None:
         return
     models.build_scorer(config.model.preset, **_scorer_kwargs(config))
     try:
-        losses.get(config.loss.name, **config.loss.params)
+        loss = losses.get(config.loss.name, **config.loss.params)
     except TypeError as err:
         raise ValueError(f"loss {config.loss.name!r} does not take {config.loss.params}: {err}") from None
+    if getattr(loss, "ordinal_size", 1) > 1:
+        raise ValueError(
+            f"loss {config.loss.name!r} with ordinal_size={loss.ordinal_size} needs "
+            f"{loss.ordinal_size} logits per document, and the trainer's scorer, metrics and "
+            "export have one score per document: use ordinal_size=1 here, or OrdinalLoss in your "
+            "own Keras model (docs/migrating.md)")
     _metrics(_eval_metric_names(config), config)
 
 

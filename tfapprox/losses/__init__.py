@@ -23,7 +23,7 @@ from tfapprox.losses.listwise import (CalibratedSoftmaxLoss, CoupledRankDistilLo
 from tfapprox.losses.pairwise import (LambdaRankLoss, PairwiseHingeLoss, PairwiseLogisticLoss,
                                       PairwiseMSELoss, PairwiseSoftZeroOneLoss, RankNetLoss,
                                       WeightedRankNetLoss, YetiLogisticLoss)
-from tfapprox.losses.pointwise import MeanSquaredLoss, SigmoidCrossEntropyLoss
+from tfapprox.losses.pointwise import MeanSquaredLoss, OrdinalLoss, SigmoidCrossEntropyLoss
 from tfapprox.losses.structural import PermuRankLoss, SVMMapLoss
 
 # tfapprox's names: one per class, the TF-Ranking key where the class is TF-Ranking's.
@@ -50,6 +50,7 @@ LOSSES = {
     "yeti_logistic_loss": YetiLogisticLoss,
     "sigmoid_cross_entropy_loss": SigmoidCrossEntropyLoss,
     "mean_squared_loss": MeanSquaredLoss,
+    "ordinal_loss": OrdinalLoss,
     "approx_mrr_loss": ApproxMRRLoss,
     "gumbel_approx_ndcg_loss": GumbelApproxNDCGLoss,
     "gumbel_approx_ap": GumbelApproxAPLoss,

@@ -24,6 +24,7 @@ stops training. Labels of 128 and more (2^128 overflows float32) are fine: see
 """
 
 import functools
+import inspect
 import math
 
 import keras
@@ -116,10 +117,15 @@ class RankingLoss(keras.losses.Loss):
             init(self, *args, **kwargs)
             self.ragged = bool(ragged)
 
+        init_taking_ragged.__signature__ = _with_ragged(inspect.signature(init))
         cls.__init__ = init_taking_ragged
 
     def get_config(self):
         return {**super().get_config(), **({"ragged": True} if self.ragged else {})}
+
+    def standardize(self, y_true, y_pred):
+        """Returns `(labels, mask, scores)` (`tfapprox.ops.standardize`)."""
+        return rank_ops.standardize(y_true, y_pred, ragged=self.ragged)
 
     def per_list(self, labels, mask, scores):
         """Returns `(loss [B], has_loss [B] bool)` from standardised inputs; `has_loss` None
@@ -131,7 +137,7 @@ class RankingLoss(keras.losses.Loss):
         """Returns the loss of each list (0 where it has none, NaN where a real document's label
         or score is NaN) and whether it has one, `[B]`. A list whose real documents all share
         one label has none, whatever `per_list` says: every order of it is ideal."""
-        labels, mask, scores = rank_ops.standardize(y_true, y_pred, ragged=self.ragged)
+        labels, mask, scores = self.standardize(y_true, y_pred)
         loss, has_loss = self.per_list(labels, mask, scores)
         has_pairs = rank_ops.has_label_pairs(labels, mask)
         has_loss = has_pairs if has_loss is None else ops.logical_and(has_loss, has_pairs)
@@ -158,6 +164,16 @@ class RankingLoss(keras.losses.Loss):
             result = rank_ops.safe_divide(ops.sum(loss * weights), ops.sum(weights))
             result = _share_of_replica(result)
         return ops.cast(result, self.dtype)
+
+
+def _with_ragged(signature):
+    """Returns `signature` with the keyword-only `ragged=False` added (before any `**kwargs`), so
+    that `inspect.signature` and `help` show what the constructor takes."""
+    parameters = list(signature.parameters.values())
+    at = len(parameters) - (parameters[-1].kind is inspect.Parameter.VAR_KEYWORD)
+    parameters.insert(at, inspect.Parameter("ragged", inspect.Parameter.KEYWORD_ONLY,
+                                            default=False))
+    return signature.replace(parameters=parameters)
 
 
 def _share_of_replica(mean):

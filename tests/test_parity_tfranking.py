@@ -265,7 +265,10 @@ def test_metric_means(batches, reference, name):
 #   (logit ln 1e-10) also take a share P·1e-10·e^{−s/T} of the gradient of the last real
 #   documents, so ListMLE's gradients compare to 1e-4.
 # Softmax is compared before TF-Ranking's reduction, which weighs each list by its labels' sum.
+# OrdinalLoss takes logits [B, L, K] (huge on padded slots) and labels with fractions (both
+# settings of `use_fraction_label`), and compares as the pointwise losses: the mean over the list.
 LOSS_BATCHES = 2 * len(LIST_SIZES)
+ORDINAL_SIZE = 4  # OrdinalLoss cases: K logits per document, the first `ordinal_size` of them
 LOG2 = "fn:log2_inverse"
 LOSS_CASES = [  # name, kind, class, kwargs, lambda weight, its kwargs, convention
     ("softmax", "softmax", "SoftmaxLoss", {}, None, {}, None),
@@ -295,6 +298,9 @@ LOSS_CASES = [  # name, kind, class, kwargs, lambda weight, its kwargs, conventi
     ("mse_label_diff", "pairwise", "PairwiseMSELoss", {}, "LabelDiffLambdaWeight", {}, None),
     ("sigmoid_cross_entropy", "pointwise", "SigmoidCrossEntropyLoss", {}, None, {}, None),
     ("mean_squared", "pointwise", "MeanSquaredLoss", {}, None, {}, None),
+    ("ordinal", "pointwise", "OrdinalLoss", {"ordinal_size": ORDINAL_SIZE}, None, {}, None),
+    ("ordinal_k3_fraction", "pointwise", "OrdinalLoss",
+     {"ordinal_size": 3, "use_fraction_label": True}, None, {}, None),
     ("approx_mrr", "listwise", "ApproxMRRLoss", {}, None, {}, None),
     ("approx_mrr_t05", "listwise", "ApproxMRRLoss", {"temperature": 0.5}, None, {}, None),
     ("approx_ndcg_t05", "listwise", "ApproxNDCGLoss", {"temperature": 0.5}, None, {}, None),
@@ -326,7 +332,7 @@ def loss_case_inputs(batches, rng):
     width = max(batches[f"labels_{i}"].shape[1] for i in chosen)
     gumbel_labels = rng.integers(0, 3, size=(8, 10)).astype(np.float32)
     gumbel_labels[:, 0], gumbel_labels[:, 1] = 2.0, 0.0
-    return {
+    found = {
         "loss_cases": np.array(json.dumps([case[:6] for case in LOSS_CASES])),
         "loss_labels": _padded([batches[f"labels_{i}"] for i in chosen], width, -1.0),
         "loss_distinct_labels": _padded([batches[f"distinct_labels_{i}"] for i in chosen],
@@ -337,6 +343,16 @@ def loss_case_inputs(batches, rng):
         "gumbel_labels": gumbel_labels,
         "gumbel_scores": rng.normal(size=(8, 10)).astype(np.float32),
     }
+    # OrdinalLoss: half the real labels get a fraction; padded logits are huge.
+    labels = found["loss_labels"]
+    fractions = np.where(rng.random(labels.shape) < 0.5, rng.uniform(size=labels.shape), 0.0)
+    found["loss_ordinal_labels"] = np.where(labels >= 0, labels + fractions, -1.0).astype(
+        np.float32)
+    logits = rng.normal(scale=2.0, size=(*labels.shape, ORDINAL_SIZE))
+    found["loss_ordinal_scores"] = np.where(labels[..., None] >= 0, logits,
+                                            rng.normal(scale=1e3, size=logits.shape)).astype(
+                                                np.float32)
+    return found
 
 
 def _resolved(kwargs):
@@ -367,8 +383,12 @@ def _listmle_padding_terms(labels, weight_cls):
 @pytest.mark.parametrize("case", LOSS_CASES, ids=[case[0] for case in LOSS_CASES])
 def test_loss_per_list_value_and_gradient(batches, reference, case):
     name, _, cls, kwargs, weight_cls, weight_kwargs, convention = case
-    labels = batches["loss_distinct_labels" if cls == "ListMLELoss" else "loss_labels"]
-    scores = batches["loss_scores"]
+    labels, scores = batches["loss_labels"], batches["loss_scores"]
+    if cls == "ListMLELoss":
+        labels = batches["loss_distinct_labels"]
+    elif cls == "OrdinalLoss":  # logits [B, L, ordinal_size]
+        labels = batches["loss_ordinal_labels"]
+        scores = batches["loss_ordinal_scores"][..., :kwargs["ordinal_size"]]
     loss = our_loss(cls, kwargs, weight_cls, weight_kwargs)
     values = per_list_loss(loss, labels, scores)
     _, grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores)

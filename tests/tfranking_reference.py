@@ -42,7 +42,8 @@ their sum with respect to the scores. What a per-list value is depends on `kind`
 documents), "listwise" takes the unreduced [B, 1], and "softmax" `_loss.compute_per_list` (its
 cross-entropy before its reduction weighs the list by its labels' sum), "calibrated" the same
 after appending the virtual document as `CalibratedSoftmaxLoss.__call__` does. ListMLE cases use
-`loss_distinct_labels`. With `gumbel_cases` (a JSON list of `[name, class, kwargs]`, kwargs with
+`loss_distinct_labels`; OrdinalLoss cases `loss_ordinal_labels` (with fractions) and the first
+`ordinal_size` of the logits `loss_ordinal_scores` [B, L, K], their gradient [B, L, ordinal_size]. With `gumbel_cases` (a JSON list of `[name, class, kwargs]`, kwargs with
 `sample_size` S) and `gumbel_labels`, `gumbel_scores`, it writes `gumbel_{name}` [B, S], each
 list's S sampled losses (the unreduced loss summed over the list); for `CoupledRankDistilLoss`,
 which averages its samples itself, [B, RANKDISTIL_CALLS] means of S/RANKDISTIL_CALLS samples.
@@ -183,14 +184,21 @@ def _per_list(loss, kind, labels, scores):
     return tf.reshape(tf.reduce_sum(values, axis=1), [-1])
 
 
+def case_inputs(inputs, cls, kwargs):
+    """Returns the (labels, scores) of a loss case (see the module docstring)."""
+    if cls == "OrdinalLoss":
+        return (inputs["loss_ordinal_labels"],
+                inputs["loss_ordinal_scores"][..., :kwargs["ordinal_size"]])
+    return (inputs["loss_distinct_labels" if cls == "ListMLELoss" else "loss_labels"],
+            inputs["loss_scores"])
+
+
 def loss_case_values(inputs):
     """Returns {`case_{name}`, `case_{name}_grad`, `gumbel_{name}`} (see the module docstring)."""
     out = {}
     for name, kind, cls, kwargs, weight_cls, weight_kwargs in json.loads(str(inputs["loss_cases"])):
         loss = _build(cls, kwargs, weight_cls, weight_kwargs)
-        labels = tf.constant(inputs["loss_distinct_labels" if cls == "ListMLELoss"
-                                    else "loss_labels"], tf.float32)
-        scores = tf.constant(inputs["loss_scores"], tf.float32)
+        labels, scores = (tf.constant(x, tf.float32) for x in case_inputs(inputs, cls, kwargs))
         with tf.GradientTape() as tape:
             tape.watch(scores)
             values = _per_list(loss, kind, labels, scores)

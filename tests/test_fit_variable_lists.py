@@ -255,3 +255,28 @@ def test_dasalc_scorer_trains_on_variable_length_lists(mode):
     after = [to_numpy(w) for w in model.interaction.trainable_weights]
     assert all(np.all(np.isfinite(w)) for w in after)
     assert any(not np.allclose(a, b) for a, b in zip(after, before)), "attention got no gradient"
+
+
+class OrdinalScorer(keras.Model):
+    """K logits per document, `[B, L, K]`: what `OrdinalLoss(ordinal_size=K)` trains."""
+
+    def __init__(self, ordinal_size):
+        super().__init__()
+        self.logits = keras.layers.Dense(ordinal_size)
+
+    def call(self, inputs):
+        return self.logits(inputs["features"])
+
+
+@pytest.mark.parametrize("mode", XLA_MODES)
+def test_ordinal_loss_trains_k_outputs_per_document_on_variable_length_lists(mode):
+    keras.utils.set_random_seed(1)
+    model = OrdinalScorer(3)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=losses.OrdinalLoss(ordinal_size=3),
+                  jit_compile=True)
+    first = model.fit(dataset(), epochs=1, verbose=0).history["loss"]
+    second = model.fit(dataset(), epochs=1, verbose=0).history["loss"]
+    assert np.isfinite(first[0]) and second[0] < first[0]
+    inputs, labels = next(variable_length_batches())
+    scores = to_numpy(losses.OrdinalLoss.expected_labels(model(inputs)))
+    assert scores.shape == labels.shape and np.all((scores >= 0) & (scores <= 3))

@@ -224,6 +224,8 @@ def test_an_existing_export_version_is_refused_before_training(tmp_path, cache_d
     (["--bn-momentum", "1.5"], "momentum must be in [0, 1)"),
     (["--preset", "dasalc", "--noise-stddev", "-1"], "noise_stddev must be >= 0"),
     (["--metrics", "ndcg@5,bpref"], "unknown metric 'bpref'"),
+    (["--loss", "ordinal_loss", "--loss-param", "ordinal_size=3"],
+     "with ordinal_size=3 needs 3 logits per document"),
     (["--data-dir", "no/such/fold"], "data directory no/such/fold does not exist"),
     (["--train", "t.txt", "--vali", "v.txt"], "no data files match 't.txt'"),
     (["--name", "a/b"], "export.name must be a directory name"),

@@ -138,8 +138,11 @@ class SoftmaxLoss(base.RankingLoss):
         return self.lambda_weight.individual_weights(labels, mask, ranks)
 
     def per_list(self, labels, mask, scores):
-        scores = scores / self.temperature
-        weights = ops.where(mask, self.label_weights(labels, mask, scores), 0.0)
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
+        weights = self.label_weights(labels, mask, scores)  # labels: 0 on padded slots already
+        if self.lambda_weight is not None:
+            weights = ops.where(mask, weights, 0.0)
         total = ops.sum(weights, axis=-1)
         cross_entropy = -ops.sum(weights * _log_softmax(scores, mask), axis=-1)
         return rank_ops.safe_divide(cross_entropy, total), total > 0

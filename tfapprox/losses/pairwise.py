@@ -142,18 +142,20 @@ class PairwiseLoss(base.RankingLoss):
         return self.pair_loss(direct_ops.pair_differences(scores))
 
     def ordered_pairs(self, labels, mask):
-        """Returns 1 on the pairs the loss sums over (l_i > l_j, both real), else 0, `[B, L, L]`."""
-        higher = direct_ops.pair_differences(labels) > 0
-        return ops.cast(ops.logical_and(direct_ops.real_pairs(mask), higher),
-                        rank_ops.COMPUTE_DTYPE)
+        """Returns bool `[B, L, L]`: the pairs the loss sums over (l_i > l_j, so i ≠ j, both
+        real)."""
+        both_real = ops.logical_and(ops.expand_dims(mask, 2), ops.expand_dims(mask, 1))
+        return ops.logical_and(both_real, direct_ops.pair_differences(labels) > 0)
 
     def per_list(self, labels, mask, scores):
-        scores = scores / self.temperature
-        weights = self.ordered_pairs(labels, mask)
-        if self.lambda_weight is not None:
-            ranks = lambda_weights.current_ranks(scores, mask)
-            weights = weights * self.lambda_weight.pair_weights(labels, mask, ranks)
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
+        pairs = self.ordered_pairs(labels, mask)
         losses = self.pair_losses(labels, scores)
+        if self.lambda_weight is None:  # one select: no [B, L, L] weights to build and multiply
+            return ops.sum(ops.where(pairs, losses, 0.0), axis=(1, 2)), None
+        ranks = lambda_weights.current_ranks(scores, mask)
+        weights = ops.where(pairs, self.lambda_weight.pair_weights(labels, mask, ranks), 0.0)
         return ops.sum(ops.where(weights > 0, weights * losses, 0.0), axis=(1, 2)), None
 
     def get_config(self):
@@ -227,7 +229,7 @@ class PairwiseMSELoss(PairwiseLoss):
                           - direct_ops.pair_differences(labels))
 
     def ordered_pairs(self, labels, mask):
-        return ops.cast(direct_ops.real_pairs(mask), rank_ops.COMPUTE_DTYPE)
+        return direct_ops.real_pairs(mask)
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")

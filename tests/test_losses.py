@@ -561,18 +561,18 @@ def test_ordinal_loss_is_the_formula_and_padding_takes_no_part(fraction, rng):
 def test_ordinal_loss_shapes_config_and_score(rng):
     """K = 1 takes `[B, L]` scores too; another width is named in the error; the config keeps
     `ordinal_size` and `use_fraction_label`; the expected label ranks."""
-    labels, scores = random_batch(rng, batch=3, list_size=5)
+    labels, scores = random_batch(rng, batch=4, list_size=6)  # the shapes above: JAX's caches
     labels[:, 0] = 2.0
     one = losses.get("ordinal_loss", reduction=None)
     np.testing.assert_allclose(per_list(one, labels, scores),
                                per_list(one, labels, scores[..., None]), rtol=1e-6)
     with pytest.raises(ValueError, match=r"must have shape \[batch, list_size, 2\] \(2 outputs "
-                                         r"per document\); got shape \(3, 5, 3\)"):
-        losses.OrdinalLoss(ordinal_size=2)(labels, np.zeros((3, 5, 3), np.float32))
+                                         r"per document\); got shape \(4, 6, 3\)"):
+        losses.OrdinalLoss(ordinal_size=2)(labels, np.zeros((4, 6, 3), np.float32))
     with pytest.raises(ValueError, match="`ordinal_size` must be an int >= 1; got 0"):
         losses.OrdinalLoss(ordinal_size=0)
     loss = losses.get("ordinal_loss", ordinal_size=2, use_fraction_label=True)
-    rebuilt = keras.losses.deserialize(keras.losses.serialize(loss))
+    rebuilt = losses.OrdinalLoss.from_config(loss.get_config())  # keras lookup: registered
     assert (rebuilt.ordinal_size, rebuilt.use_fraction_label) == (2, True)
     logits = np.array([[[3.0, 3.0], [3.0, -3.0], [-3.0, -3.0]]], np.float32)
     np.testing.assert_allclose(to_numpy(losses.OrdinalLoss.expected_labels(logits)),

@@ -1,13 +1,14 @@
 """Parity with Rax 0.4 on the JAX backend: the losses Rax also has give Rax's own values and
 gradients per list, on random padded lists (our padding: label −1; Rax's: `where=mask`).
 
-Each comparison takes Rax's per-list values (`reduce_fn=None`; a pairwise loss's pair losses, `[B, L·L]`,
-summed over the list) and the gradient of their sum; lists whose real labels are all equal
-have no loss in tfapprox and are left out. Where a convention differs, the `scale` column
-multiplies ours (values and gradients) to give Rax's:
+Each comparison takes Rax's per-list values (`reduce_fn=None`; a pairwise loss's pair losses,
+`[B, L·L]`, summed over the list) and the gradient of their sum, both jitted; lists whose real
+labels are all equal have no loss in tfapprox and are left out. Where a convention differs, the
+third entry of a case scales ours (values and gradients) to give Rax's:
 
-- `SoftmaxLoss`: Rax's default `label_fn` keeps the labels unnormalised, −Σ_i y_i·ln softmax(s)_i;
-  ours (and TF-Ranking's per list) divides by Σ_i y_i: Rax = ours · Σ_i y_i.
+- `SoftmaxLoss`: Rax's default `label_fn` keeps the labels unnormalised,
+  −Σ_i y_i·ln softmax(s)_i; ours (and TF-Ranking's per list) divides by Σ_i y_i:
+  Rax = ours · Σ_i y_i.
 - DCG-family lambda weights: Rax, like TF-Ranking, scales them by the padded list size L, ours by
   the real documents n: Rax = ours · L/n. `rax.dcg_lambdaweight(normalize=True)` is
   `NDCGLambdaWeight(smooth_fraction=1)` (LambdaRank's |ΔNDCG|), `rax.dcg2_lambdaweight

@@ -579,6 +579,22 @@ def test_ordinal_loss_shapes_config_and_score(rng):
                                [[1.905148, 1.0, 0.094852]], rtol=1e-5)
 
 
+def test_ordinal_loss_takes_ragged_logits():
+    """`ragged=True`: labels `[B, (L)]` and logits `[B, (L), K]` give the padded values."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("ragged tensors are TensorFlow's")
+    import tensorflow as tf
+
+    labels = tf.ragged.constant([[2.0, 0.0, 1.0], [1.0, 0.0]])
+    logits = tf.ragged.constant([[[0.6, 0.2], [0.8, 0.3], [-1.0, 0.5]], [[0.0, -0.2], [1.0, 2.0]]],
+                                ragged_rank=1)
+    ragged = losses.OrdinalLoss(ordinal_size=2, reduction=None, ragged=True)
+    padded = losses.OrdinalLoss(ordinal_size=2, reduction=None)
+    np.testing.assert_allclose(to_numpy(ragged(labels, logits)),
+                               to_numpy(padded(labels.to_tensor(-1.0), logits.to_tensor())),
+                               rtol=1e-6)
+
+
 def test_every_loss_constructor_shows_ragged_in_its_signature():
     """`RankingLoss.__init_subclass__` adds the keyword `ragged` to every constructor."""
     import inspect

@@ -66,11 +66,16 @@ def compiled_by_xla():
 _RECORDINGS = []
 
 
+def record(what, path):
+    """Records that `what` took `path` in every `recording_paths` block open."""
+    for taken in _RECORDINGS:
+        taken.append(f"{what}: {path}")
+
+
 def xla_path(what):
     """Returns `compiled_by_xla()`, recording "`what`: XLA" or "`what`: no XLA"."""
     compiled = compiled_by_xla()
-    for taken in _RECORDINGS:
-        taken.append(f"{what}: {'XLA' if compiled else 'no XLA'}")
+    record(what, "XLA" if compiled else "no XLA")
     return compiled
 
 
@@ -381,14 +386,15 @@ def _dense_sigmoid_sums(values, weights, factored=True):
 
     def pulled_back_by_factors(values, weights, upstream):  # σ' = u(1 − u), u = b_k / (b_j + b_k)
         del values  # the factors hold them
-        share = ops.expand_dims(below, 2) / (ops.expand_dims(below, 1) + ops.expand_dims(below, 2))
-        return ops.sum(share * (1.0 - share) * _pair_upstream(weights, upstream), axis=-1)
+        column, row = ops.expand_dims(below, 1), ops.expand_dims(below, 2)
+        total = column + row
+        return ops.sum((row / total) * (column / total) * _pair_upstream(weights, upstream),
+                       axis=-1)
 
-    def pulled_back_by_pairs(values, weights, upstream):  # σ' = p / (1 + p)², p from −v
-        negated = -values
-        ratio = ops.minimum(ops.exp(_differences(negated, negated)), 1e30)
-        sigmoid = 1.0 / (1.0 + ratio)
-        return ops.sum(ratio * sigmoid * sigmoid * _pair_upstream(weights, upstream), axis=-1)
+    def pulled_back_by_pairs(values, weights, upstream):  # σ' = 1 / (r + 1/r)², r = e^{(v_j − v_k)/2}
+        halves = 0.5 * values
+        spread = ops.exp(_differences(halves, halves)) + ops.exp(_differences(-halves, -halves))
+        return ops.sum(_pair_upstream(weights, upstream) / (spread * spread), axis=-1)
 
     def either(by_factors, by_pairs, *inputs):
         if not factored:
@@ -537,8 +543,76 @@ def _dense_logistic_sums(scores, ranked):
         return _factored_or_per_pair(fits, lambda *given: of(by_factors, *given),
                                      lambda *given: of(by_pairs, *given), fixed, ranked, *inputs)
 
-    return (either(sums, smalls_by_factors, smalls_by_pairs),
-            lambda upstream: either(gradient, ratios_by_factors, ratios_by_pairs, upstream))
+    values = either(sums, smalls_by_factors, smalls_by_pairs)
+    if gated_gradient_applies(scores):
+        return values, _gated_logistic_gradient(fixed, ranked, fits, above)
+    return values, lambda upstream: either(gradient, ratios_by_factors, ratios_by_pairs, upstream)
+
+
+# Gated pairs (JAX's XLA on CPU; "Separate passes" says why). RankNet's backward pass above
+# computed with `ops.where` masks writes [B, L, L] masks and pulls, cheap while they stay in cache
+# and not after: on JAX at list 1000 the step ran 5.7× faster with the gated backward pass below
+# (no tensor written), at 600 4.5×, at 300 1.1×, at 100 0.8× (docs/benchmarks.md, "JAX"). So
+# on JAX lists of a static size above GATED_GRADIENT_ABOVE, or of a `None` size, take it. Its pairs
+# are masked by gates G_kj = max((l_k − l_j)·GATE_SCALE, 0): 0 where k is not above j, else at
+# least 1 for any two labels more than 2^-126 apart, so that min(σ, G) = 1{l_k > l_j}·σ; `ops.sign`
+# and `ops.clip`, the other ways, run outside YNNPACK's fusions or write a tensor. Its forward
+# pass, where-masked too, ran as fast as any rewrite tried (and faster at every size).
+GATED_GRADIENT_ABOVE = 128
+GATE_SCALE = 2.0 ** 126
+LARGEST_FLOAT32 = 3.4028234663852886e38
+
+
+def gated_gradient_applies(scores):
+    """Whether RankNet's pair sums over `scores` [B, L] take `_gated_logistic_gradient`."""
+    list_size = scores.shape[1]
+    gated = keras.backend.backend() == "jax" and (list_size is None
+                                                  or list_size > GATED_GRADIENT_ABOVE)
+    record("logistic gradient", "gated" if gated else "where-masked")
+    return gated
+
+
+def _gates(upper, lower):
+    """Returns G_kj = max((upper_k − lower_j)·GATE_SCALE, 0), `[B, K, J]`."""
+    return ops.maximum((ops.expand_dims(upper, 2) - ops.expand_dims(lower, 1)) * GATE_SCALE, 0.0)
+
+
+def _gated_logistic_gradient(scores, ranked, fits, above):
+    """Returns the gradient of `_dense_logistic_sums` as a function of the upstream g, from pairs
+    masked by gates (`_gates`), which YNNPACK fuses whole:
+
+        ∂/∂s_k = Σ_j g_j·1{l_j > l_k}·σ(s_k − s_j) − g_k·1{l_k > l_j}·σ(s_j − s_k),
+
+    σ(s_j − s_k) = a_j / (a_j + a_k) from the factors a = e^{s−c} (`_exponential_factors`) where
+    every list spans at most 2·EXP_LIMIT (`fits`), else p / (1 + p), p = e^{s_j − s_k}, one exp
+    per pair (`_only_if`). A document in no pair (padded, of a NaN label) is the upper of no pair
+    (label −inf) and the lower of none (+inf); the labels G_jk is made from are negated, so that it
+    shares no operand with G_kj ("Separate passes")."""
+    finite = ops.clip(ranked, -LARGEST_FLOAT32, LARGEST_FLOAT32)
+    upper = ops.where(ops.isnan(ranked), float("-inf"), finite)
+    lower = ops.where(ops.isnan(ranked), float("inf"), finite)
+
+    def gradient(shares, scores, upper, lower, above, upstream):
+        to_lower, to_upper = shares(scores, above)  # σ(s_k − s_j), σ(s_j − s_k)
+        return ops.sum(ops.expand_dims(upstream, 1) * ops.minimum(to_lower, _gates(-lower, -upper))
+                       - ops.expand_dims(upstream, 2) * ops.minimum(to_upper, _gates(upper, lower)),
+                       axis=-1)
+
+    def shares_by_factors(scores, above):  # a_k / (a_j + a_k), a_j / (a_j + a_k)
+        del scores  # the factors hold them
+        column, row = ops.expand_dims(above, 1), ops.expand_dims(above, 2)
+        total = column + row
+        return row / total, column / total
+
+    def shares_by_pairs(scores, above):  # with p = e^{s_j − s_k}: 1 / (1 + p), p / (1 + p)
+        del above
+        ratio = ops.minimum(ops.exp(_differences(scores, scores)), 1e30)
+        share = 1.0 / (1.0 + ratio)
+        return share, ratio * share
+
+    return lambda upstream: _factored_or_per_pair(
+        fits, lambda *given: gradient(shares_by_factors, *given),
+        lambda *given: gradient(shares_by_pairs, *given), scores, upper, lower, above, upstream)
 
 
 # Log chunks (XLA on CPU): one log per LOG_CHUNK pairs in `_dense_logistic_sums`; RankNet at list

@@ -21,7 +21,11 @@ them (figures from docs/benchmarks.md, "How" and "Long lists"):
   (ApproxNDCG and RankNet 1.26× faster at list 10).
 - Separate passes under XLA (`_dense_sigmoid_sums`): the σ sums' forward and backward passes
   take different factor sets and no select, so that JAX's XLA fuses each whole instead of first
-  writing [B, L, L] tensors (ApproxNDCG on JAX at list 1000 about 7× faster).
+  writing [B, L, L] tensors (ApproxNDCG on JAX at list 1000 about 7× faster); no pair-shaped
+  constant either, which XLA shares between the passes and writes (ApproxAP about 2.4×).
+- Gated pairs on JAX (GATED_GRADIENT_ABOVE, `_gated_logistic_gradient`): RankNet's backward
+  pass masks its pairs by arithmetic gates instead of selects, so that JAX's XLA fuses it whole
+  (RankNet on JAX at list 1000 about 5× faster).
 - Log chunks under XLA (LOG_CHUNK, `_log1p`): RankNet takes one log per 8 pairs, 3.92× TF-Ranking
   at list 1000 where one log per pair gave 1.80×.
 - Counted orders under XLA (COUNTED_ORDER_UP_TO): lists of a static size up to 128 are ordered by
@@ -60,9 +64,10 @@ def compiled_by_xla():
         return False
 
 
-# Paths taken: every compiled-mode choice goes through `xla_path`, which records it for
-# `recording_paths` while a function is traced, so a test (or benchmarks/losses.py) can see which
-# paths a loss took under `jax.jit` or `jit_compile=True` without timing it.
+# Paths taken: every compiled-mode choice goes through `xla_path`, and every other choice of how
+# (orders, blocks, exps, sums, RankNet's gradient) through `record`, which record it for
+# `recording_paths` while a function is traced, so a test (or benchmarks/pair_paths.py) can see
+# which paths a loss took under `jax.jit` or `jit_compile=True` without timing it.
 _RECORDINGS = []
 
 
@@ -105,10 +110,12 @@ def _dense_or_blocked(pairwise, like, dense, blocked):
     if pairwise == "auto":
         list_size = like.shape[1]
         if list_size is None:
+            record("pairs", f"blocked above {BLOCKED_ABOVE} documents")
             return ops.cond(ops.shape(like)[1] > BLOCKED_ABOVE, blocked, dense)
         pairwise = "blocked" if list_size > BLOCKED_ABOVE else "dense"
     if pairwise not in PAIRWISE_MODES:
         raise ValueError(f"`pairwise` must be one of {PAIRWISE_MODES}; got {pairwise!r}")
+    record("pairs", pairwise)
     return blocked() if pairwise == "blocked" else dense()
 
 
@@ -214,7 +221,9 @@ ELEMENTWISE_SUMS_UP_TO = 32
 
 def elementwise_sums_apply(pairs):
     """Whether `_row_sums` and `_column_sums` of `pairs` [B, L, L] take products and reductions."""
-    return pairs.shape[-1] is not None and pairs.shape[-1] <= ELEMENTWISE_SUMS_UP_TO
+    by_products = pairs.shape[-1] is not None and pairs.shape[-1] <= ELEMENTWISE_SUMS_UP_TO
+    record("sums without XLA", "products" if by_products else "matmul")
+    return by_products
 
 
 def short_list_without_xla(values):
@@ -314,6 +323,7 @@ FACTORED_EXPONENTIALS = True
 def _factored_or_per_pair(fits, by_factors, by_pairs, *inputs):
     """Returns `by_factors(*inputs)` where the bool scalar `fits` is True, else
     `by_pairs(*inputs)` (`first_or_fallback`); always the latter without FACTORED_EXPONENTIALS."""
+    record("exps", "factored where lists fit" if FACTORED_EXPONENTIALS else "per pair")
     if not FACTORED_EXPONENTIALS:
         return by_pairs(*inputs)
     return first_or_fallback(fits, by_factors, by_pairs, *inputs)
@@ -340,11 +350,12 @@ def _exponential_factors(values):
 # factors (which XLA then multiplies once, for both), ApproxNDCG's step wrote two (list 64) or
 # three (list 1000) such tensors. So the σ sums below take σ(v_j − v_k) = a_j / (a_j + a_k)
 # forward and σ' = u(1 − u), u = b_k / (b_j + b_k), backward (a = e^{v−c}, b = e^{c−v}), and
-# broadcast w forward, −w backward; `tests/test_ops.py` checks from the compiled HLO that no
-# [B, L, L] tensor is written under `jax.jit`. RankNet's sums still write some: masked by products
-# of signs instead of `ops.where`, they wrote none, but ran no faster on JAX and 1.4× slower under
-# TensorFlow's XLA (docs/benchmarks.md, "JAX"). Remove this when XLA's CPU library fusions take
-# selects and shared operands.
+# broadcast w forward, −w backward. A scalar constant is a shared operand too: XLA broadcasts it
+# to [B, L, L] once for every fusion that uses it, so "1 − u" or "1 / x" in two passes wrote a
+# tensor of ones (ApproxAP at list 1000: 148 → 347 lists/s without); the backward passes below
+# take no constant. `tests/test_ops.py` checks from the compiled HLO that no [B, L, L] tensor is
+# written under `jax.jit`. RankNet's backward pass has its own kernel ("Gated pairs"). Remove
+# this when XLA's CPU library fusions take selects and shared operands.
 
 
 def _dense_sigmoid_sums(values, weights, factored=True):
@@ -360,8 +371,9 @@ def _dense_sigmoid_sums(values, weights, factored=True):
     u = b_k / (b_j + b_k), backward, each factor ≤ e^EXP_LIMIT so that no sum overflows ("Separate
     passes" says why two factor sets). Wider batches take one exp per pair as well (`_only_if`);
     with `factored=False`, every batch does, without that test. The backward pass rebuilds the
-    pairs instead of keeping a [B, L, L] tensor; per pair it takes σ' as p·σ² (p capped at 1e30,
-    where σ' < 1e-30). Both ways σ' is accurate where σ is near 0 and near 1.
+    pairs instead of keeping a [B, L, L] tensor; per pair it takes σ' = 1 / (r + 1/r)² with
+    r = e^{(v_j − v_k)/2} and 1/r from its own exp (no constant: "Separate passes"; σ' rounds to
+    0 where r or 1/r overflows). Both ways σ' is accurate where σ is near 0 and near 1.
     """
     if not xla_path("sigmoid sums"):
         sigmoid = ops.sigmoid(_differences(values, values))
@@ -398,6 +410,7 @@ def _dense_sigmoid_sums(values, weights, factored=True):
 
     def either(by_factors, by_pairs, *inputs):
         if not factored:
+            record("exps", "per pair")
             return by_pairs(fixed, *inputs)
         return _factored_or_per_pair(fits, by_factors, by_pairs, fixed, *inputs)
 
@@ -551,14 +564,16 @@ def _dense_logistic_sums(scores, ranked):
 
 # Gated pairs (JAX's XLA on CPU; "Separate passes" says why). RankNet's backward pass above
 # computed with `ops.where` masks writes [B, L, L] masks and pulls, cheap while they stay in cache
-# and not after: on JAX at list 1000 the step ran 5.7× faster with the gated backward pass below
-# (no tensor written), at 600 4.5×, at 300 1.1×, at 100 0.8× (docs/benchmarks.md, "JAX"). So
-# on JAX lists of a static size above GATED_GRADIENT_ABOVE, or of a `None` size, take it. Its pairs
+# and not after: on JAX RankNet's step ran 5.7× faster with the gated backward pass below (no
+# tensor written) at list 1000, 4.5× at 600, 1.1× at 300, 1.0× at 200, 0.8× at 100 and 0.7× at 10
+# (interleaved A/B on a loaded CPU, batches of 8 to 256). So on JAX lists of a static size above
+# GATED_GRADIENT_ABOVE, or of a `None` size, take it. Its pairs
 # are masked by gates G_kj = max((l_k − l_j)·GATE_SCALE, 0): 0 where k is not above j, else at
 # least 1 for any two labels more than 2^-126 apart, so that min(σ, G) = 1{l_k > l_j}·σ; `ops.sign`
-# and `ops.clip`, the other ways, run outside YNNPACK's fusions or write a tensor. Its forward
-# pass, where-masked too, ran as fast as any rewrite tried (and faster at every size).
-GATED_GRADIENT_ABOVE = 128
+# and `ops.clip`, the other ways, run outside YNNPACK's fusions or write a tensor. The forward
+# pass keeps its where-masked log chunks (what it writes is an eighth of the pairs): gated
+# rewrites of it, with one log per pair or per chunk, ran slower at every list size tried.
+GATED_GRADIENT_ABOVE = 200
 GATE_SCALE = 2.0 ** 126
 LARGEST_FLOAT32 = 3.4028234663852886e38
 
@@ -680,8 +695,10 @@ COUNTED_ORDER_UP_TO = 128
 
 def counted_order_applies(values):
     """Whether `values` [B, L] are ordered by counting (`descending_positions_by_counting`)."""
-    return (values.shape[1] is not None and xla_path("counted order")
-            and values.shape[1] <= COUNTED_ORDER_UP_TO)
+    counted = (values.shape[1] is not None and xla_path("counted order")
+               and values.shape[1] <= COUNTED_ORDER_UP_TO)
+    record("order", "counted" if counted else "sorted")
+    return counted
 
 
 def descending_positions_by_counting(values):
@@ -717,8 +734,11 @@ NETWORK_ORDER_UP_TO = 2 ** 14
 def network_order_applies(values):
     """Whether integer codes `[B, L]` are ordered by `descending_order_by_network`."""
     list_size = values.shape[1]
-    return (list_size is not None and xla_path("network order")
-            and list_size <= NETWORK_ORDER_UP_TO)
+    applies = (list_size is not None and xla_path("network order")
+               and list_size <= NETWORK_ORDER_UP_TO)
+    if applies:
+        record("order", "network")
+    return applies
 
 
 def _network_size(list_size):

@@ -432,32 +432,36 @@ def test_compiled_losses_take_the_xla_paths(name, mode):
 
 
 @pytest.mark.parametrize("mode", [m for m in COMPILE_MODES if m != "eager"])
-def test_ranknet_gradient_is_gated_on_jax_above_its_bound(mode, monkeypatch):
-    """RankNet's backward pass takes gated pairs under `jax.jit` for lists longer than
-    GATED_GRADIENT_ABOVE (written whole by YNNPACK), and where-masked ones under TensorFlow's XLA
-    and at or below the bound; without XLA it takes neither."""
-    ranknet = losses.get("ranknet")
-    expected = ({"gated"} if backend() == "jax" else {"where-masked"} if mode == "xla"
-                else None)
-    monkeypatch.setattr(pair_sums, "GATED_GRADIENT_ABOVE", 5)
-    assert _paths_traced(ranknet, mode).get("logistic gradient") == expected
-    monkeypatch.setattr(pair_sums, "GATED_GRADIENT_ABOVE", 6)
-    assert _paths_traced(ranknet, mode).get("logistic gradient") == (
-        {"where-masked"} if expected else None)
+@pytest.mark.parametrize("name, choice, bound, on_jax, elsewhere", [
+    ("ranknet", "logistic gradient", "GATED_GRADIENT_ABOVE", "gated", "where-masked"),
+    ("approx_ap", "sigmoid gradient", "CONSTANT_FREE_ABOVE", "no constants", "σ(1 − σ)")])
+def test_jax_kernels_are_taken_on_jax_above_their_bounds(name, choice, bound, on_jax, elsewhere,
+                                                         mode, monkeypatch):
+    """RankNet's gated backward pass and the σ sums' backward passes without constants are taken
+    under `jax.jit` for lists longer than their bounds ("Gated pairs", "Separate passes"), never
+    under TensorFlow's XLA, nor at or below the bound; without XLA neither kernel is traced."""
+    loss = losses.get(name)
+    expected = {on_jax} if backend() == "jax" else {elsewhere} if mode == "xla" else None
+    monkeypatch.setattr(pair_sums, bound, 5)  # the traced lists hold 6
+    assert _paths_traced(loss, mode).get(choice) == expected
+    monkeypatch.setattr(pair_sums, bound, 6)
+    assert _paths_traced(loss, mode).get(choice) == ({elsewhere} if expected else None)
 
 
 @pytest.mark.skipif(backend() != "jax", reason="reads the HLO that jax.jit compiles")
 @pytest.mark.parametrize("name, batch, list_size",
                          [("approx_ndcg", 2, 64), ("approx_ap", 2, 64), ("ranknet", 2, 64)])
 def test_jit_writes_no_tensor_of_pairs(name, batch, list_size, rng, monkeypatch):
-    """Under `jax.jit` the σ pair sums of a forward+backward step, and RankNet's backward pass
-    above `GATED_GRADIENT_ABOVE` (lowered to this list), fuse whole: no fusion writes a [B, L, L]
-    tensor ("Separate passes" and "Gated pairs" in `tfapprox.pair_sums`). 2 lists of 64 make
-    8192 pairs, enough for XLA to hand the reductions to YNNPACK (from 4096 elements)."""
+    """Under `jax.jit` the σ pair sums of a forward+backward step above `CONSTANT_FREE_ABOVE`, and
+    RankNet's backward pass above `GATED_GRADIENT_ABOVE` (both lowered to this list), fuse whole:
+    no fusion writes a [B, L, L] tensor ("Separate passes" and "Gated pairs" in
+    `tfapprox.pair_sums`). 2 lists of 64 make 8192 pairs, enough for XLA to hand the reductions
+    to YNNPACK (from 4096 elements)."""
     import jax
     import jax.numpy as jnp
 
     monkeypatch.setattr(pair_sums, "GATED_GRADIENT_ABOVE", list_size - 1)
+    monkeypatch.setattr(pair_sums, "CONSTANT_FREE_ABOVE", list_size - 1)
     loss = losses.get(name)
     labels, scores = random_batch(rng, batch=batch, list_size=list_size)
     step = jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s))))

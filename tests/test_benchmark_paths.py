@@ -1,4 +1,5 @@
-"""benchmarks/losses.py names the compiled-mode paths of tfapprox.pair_sums that each loss takes."""
+"""benchmarks/pair_paths.py names the compiled-mode paths of tfapprox.pair_sums that each loss takes
+(the path column of benchmarks/losses.py and benchmarks/gpu.py)."""
 
 import sys
 

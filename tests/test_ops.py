@@ -289,6 +289,17 @@ def test_dense_sigmoid_pair_sums_match_float64(spread, factored, mode, rng):
     np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(backend() != "jax", reason="the JAX kernels")
+@pytest.mark.parametrize("spread", [1.0, 1e4])
+def test_jax_kernels_match_float64(spread, rng, monkeypatch):
+    """RankNet's gated backward pass and the σ sums' backward passes without constants, taken
+    here for short lists, give the float64 values and gradients of the two tests above."""
+    monkeypatch.setattr(pair_sums, "GATED_GRADIENT_ABOVE", 0)
+    monkeypatch.setattr(pair_sums, "CONSTANT_FREE_ABOVE", 0)
+    test_dense_logistic_pair_sums_match_float64(spread, 37, "jit", rng)
+    test_dense_sigmoid_pair_sums_match_float64(spread, spread == 1.0, "jit", rng)
+
+
 @pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("label_step", [1.0, 0.5, 40.0], ids=["graded", "fractional", "large"])
 def test_ideal_dcg_counts_graded_labels_and_sorts_others(label_step, mode):

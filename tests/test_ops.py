@@ -445,7 +445,8 @@ def test_compiled_losses_take_the_xla_paths(name, mode):
 @pytest.mark.parametrize("mode", [m for m in COMPILE_MODES if m != "eager"])
 @pytest.mark.parametrize("name, choice, bound, on_jax, elsewhere", [
     ("ranknet", "logistic gradient", "GATED_GRADIENT_ABOVE", "gated", "where-masked"),
-    ("approx_ap", "sigmoid gradient", "CONSTANT_FREE_ABOVE", "no constants", "σ(1 − σ)")])
+    ("approx_ap", "sigmoid gradient", "CONSTANT_FREE_ABOVE", "no constants", "σ(1 − σ)")],
+    ids=["ranknet", "approx_ap"])
 def test_jax_kernels_are_taken_on_jax_above_their_bounds(name, choice, bound, on_jax, elsewhere,
                                                          mode, monkeypatch):
     """RankNet's gated backward pass and the σ sums' backward passes without constants are taken

@@ -133,17 +133,6 @@ def gradient_of(loss, labels_first):
     return jax.jit(jax.grad(value, argnums=1))
 
 
-def paths(loss, labels, scores):
-    """Returns the pair_sums paths that one jitted gradient of `loss` takes on these lists."""
-    def read_traced(value, append):
-        jax.debug.callback(lambda known: append(bool(known)), value)
-
-    with pair_paths.recording(True, read_traced) as described:
-        jax.block_until_ready(gradient_of(loss, True)(labels, scores))
-        jax.effects_barrier()
-    return described()
-
-
 def matmul_peaks(size, seconds, rounds):
     """Returns {dtype: FLOP/s} of the best jitted size×size matmul."""
     peaks = {}
@@ -181,7 +170,7 @@ def loss_rows(sizes, seconds, rounds, rax_losses):
         for list_size, batch in sizes:
             labels, scores = lists(list_size, batch)
             steps = [blocking(gradient_of(ours, True), labels, scores)]
-            path = paths(ours, labels, scores)
+            path = pair_paths.describe(pair_paths.traced_on_jax(ours, labels, scores))
             if rax_losses:
                 steps.append(blocking(gradient_of(rax_losses[row], False), labels, scores))
             rates = [rate * batch for rate in best_rate(steps, seconds, rounds)]

@@ -22,13 +22,14 @@ adds the share of this machine's limit: pairs/s (lists/s × list size²) over th
 that `benchmarks/limits.py` measures in the same run (a fused forward pass that evaluates each
 pair's σ once, so a forward+backward pass at 100 % would be as cheap as that forward alone).
 
-The path column says which of `tfapprox.pair_sums`' compiled-mode choices each loss took, read
-from a separate traced call (the timed ones are not instrumented): lists ordered by a sorting
-network, by counting or by a sort (under XLA, static list sizes: ListMLE's orders up to
-`NETWORK_ORDER_UP_TO` by the network, other orders up to `COUNTED_ORDER_UP_TO` by counting), and
-pair exponentials from per-document factors or one per pair (`FACTORED_EXPONENTIALS`, under XLA;
-factors only where every list spans at most 2·EXP_LIMIT, so the share of calls that fit is
-given). All were chosen from CPU measurements: `--counted-order-up-to 0`,
+The path column says which of `tfapprox.pair_sums`' compiled-mode choices each loss took, as
+`pair_sums.recording_paths` records them while a separate step is traced
+(`benchmarks/pair_paths.py`; the timed steps are the same code, not instrumented): which choices
+XLA compiles, lists ordered by a sorting network, by counting or by a sort (under XLA, static list
+sizes: ListMLE's orders up to `NETWORK_ORDER_UP_TO` by the network, other orders up to
+`COUNTED_ORDER_UP_TO` by counting), pair exponentials from per-document factors where every list
+spans at most 2·EXP_LIMIT or one per pair (`FACTORED_EXPONENTIALS`), and RankNet's backward pass
+on JAX. All were chosen from CPU measurements: `--counted-order-up-to 0`,
 `--network-order-up-to 0` and `--per-pair-exps` take the other paths, so a run on another device
 (a GPU) can check them. Without XLA, lists of a static size up to `ELEMENTWISE_SUMS_UP_TO` sum
 their pairs by products and reductions instead of batched matmuls (`--elementwise-sums-up-to 0`
@@ -39,9 +40,15 @@ With `--backend jax` each loss runs on Keras' JAX backend instead: forward+backw
 over, they become constants that XLA folds into [B, L, L] tensors). Beside it, in the same
 interleaved rounds: the same loss on TensorFlow with XLA (this script's `--serve --jit`, in a
 subprocess on the TensorFlow backend) and Rax 0.4's counterpart (`rax.approx_t12n(rax.ndcg_metric,
-temperature=0.1)`, `rax.pairwise_logistic_loss`, `rax.listmle_loss`; `--no-peers` times tfapprox
-alone). The path column lists the `tfapprox.pair_sums.xla_path` choices recorded while the step
-was traced. Rax calls `jax.util.wraps`, which current JAX no longer has: the script supplies one.
+temperature=0.1)`, `rax.pairwise_logistic_loss`, `rax.listmle_loss`, `rax.softmax_loss`, and for
+ApproxAP the nearest, `rax.approx_t12n(rax.ap_metric, temperature=0.1)`, whose smooth AP is built
+differently; `--no-peers` times tfapprox alone). The path column is the JAX step's. Rax calls
+`jax.util.wraps`, which current JAX no longer has: the script supplies one.
+
+The table of issue 32 (each loss at lists 10, 100 and 1000 on JAX beside TF + XLA and Rax):
+
+    python benchmarks/losses.py --backend jax --loss approx_ndcg approx_ap ranknet \
+        weighted_ranknet listmle softmax_loss
 """
 
 import argparse
@@ -51,7 +58,6 @@ import pathlib
 import subprocess
 import sys
 import types
-from unittest import mock
 
 
 def _backend_asked():
@@ -132,21 +138,6 @@ def tensorflow_xla_server(round_seconds):
                         "--round-seconds", str(round_seconds)])
 
 
-def paths_taken(loss, inputs, jit_compile, unknown_list_size=False):
-    """Returns which `tfapprox.pair_sums` paths a forward+backward pass of `loss` on `inputs` takes.
-
-    One `GradientTimer` traces and calls its step, recorded by `pair_paths.recording`, in a graph
-    that XLA does not compile but that takes XLA's paths when `jit_compile` (`compiled_by_xla`
-    answers so), where the recorder can read the values it sees.
-    """
-    def read_traced(value, append):
-        tf.py_function(lambda known: append(bool(known)), [value], [])
-
-    with pair_paths.recording(jit_compile, read_traced) as described:
-        GradientTimer(loss, *inputs, 0.0, jit_compile=False, unknown_list_size=unknown_list_size)
-    return described()
-
-
 def measure(round_seconds, jit_compile, unknown_list_size, server, names):
     """Returns [(loss, list size, ours lists/s, TF-Ranking loss or None, its lists/s or None,
     paths taken)]."""
@@ -157,7 +148,8 @@ def measure(round_seconds, jit_compile, unknown_list_size, server, names):
         counterpart = COUNTERPARTS.get(cls.__name__) if server else None
         for list_size, batch_size in SIZES:
             inputs = make_inputs(list_size, batch_size)
-            paths = paths_taken(loss, inputs, jit_compile, unknown_list_size)
+            paths = pair_paths.describe(pair_paths.traced_on_tensorflow(
+                loss, *inputs, jit_compile, unknown_list_size))
             timer = GradientTimer(loss, *inputs, round_seconds, jit_compile, unknown_list_size)
             ours, theirs = [], []
             for _ in range(ROUNDS):
@@ -210,33 +202,18 @@ def _give_jax_a_util_wraps():
 
 def rax_counterparts():
     """Returns {our loss name: (Rax function, loss(labels, scores))} with the same per-list
-    values up to reduction: ApproxNDCG at our α = 10 is temperature 0.1."""
+    values up to reduction (ApproxNDCG at our α = 10 is temperature 0.1), and for ApproxAP the
+    nearest Rax has."""
     _give_jax_a_util_wraps()
     import rax
 
     approx_ndcg = rax.approx_t12n(rax.ndcg_metric, temperature=0.1)
+    approx_ap = rax.approx_t12n(rax.ap_metric, temperature=0.1)
     return {"approx_ndcg": ("approx_t12n(ndcg_metric)", lambda y, s: -approx_ndcg(s, y)),
+            "approx_ap": ("approx_t12n(ap_metric)", lambda y, s: -approx_ap(s, y)),
             "ranknet": ("pairwise_logistic_loss", lambda y, s: rax.pairwise_logistic_loss(s, y)),
-            "listmle": ("listmle_loss", lambda y, s: rax.listmle_loss(s, y))}
-
-
-def jax_paths_taken(loss, inputs):
-    """Returns the `pair_sums.xla_path` choices a forward+backward step of `loss` records while
-    `jax.jit` traces it, grouped by the path taken."""
-    import jax
-    import jax.numpy as jnp
-
-    if not hasattr(pair_sums, "recording_paths"):  # a tfapprox from before it recorded them
-        return "not recorded"
-    labels, scores = (jnp.asarray(x) for x in inputs)
-    with pair_sums.recording_paths() as taken:
-        jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s)))).lower(scores, labels)
-    by_path = {}
-    for choice in taken:
-        what, path = choice.rsplit(": ", 1)
-        by_path.setdefault(path, set()).add(what)
-    return "; ".join(f"{path}: {', '.join(sorted(whats))}" for path, whats in by_path.items()
-                     ) or "no compiled-mode choice"
+            "listmle": ("listmle_loss", lambda y, s: rax.listmle_loss(s, y)),
+            "softmax_loss": ("softmax_loss", lambda y, s: rax.softmax_loss(s, y))}
 
 
 def measure_jax(round_seconds, server, counterparts, names):
@@ -248,7 +225,7 @@ def measure_jax(round_seconds, server, counterparts, names):
         rax_name, rax_loss = counterparts.get(name, (None, None))
         for list_size, batch_size in SIZES:
             inputs = [x.numpy() for x in make_inputs(list_size, batch_size)]
-            paths = jax_paths_taken(loss, inputs)
+            paths = pair_paths.describe(pair_paths.traced_on_jax(loss, *inputs))
             timers = {"jax": JaxGradientTimer(loss, *inputs, round_seconds)}
             if rax_loss:
                 timers["rax"] = JaxGradientTimer(rax_loss, *inputs, round_seconds)

@@ -1,87 +1,66 @@
-"""Which of `tfapprox.pair_sums`' compiled-mode choices a loss takes, recorded while it runs, on any
-Keras backend (no TensorFlow import: `benchmarks/gpu.py` runs where there is none).
+"""Which of `tfapprox.pair_sums`' compiled-mode choices a loss's forward+backward step takes, as
+`pair_sums.recording_paths` records them while the step is traced (traced only: nothing is
+compiled or run). TensorFlow is imported only for `traced_on_tensorflow`, so `benchmarks/gpu.py`
+runs where there is none.
 
-Lists ordered by a sorting network, by counting or by a sort; pair exponentials from per-document
-factors or one per pair (the share of calls whose lists fit the factors); pairs summed by products
-or by a matmul; pairs summed in blocks of columns (lists of a static size over BLOCKED_ABOVE). The choosing helpers are wrapped inside `recording`, so only the calls traced in
-its block are instrumented.
+Recorded: whether XLA compiles each choice (`pair_sums.xla_path`), how lists are ordered (sorting
+network, counting, sort), how pairs are summed without XLA (products or matmul) and in blocks of
+columns for long lists, whether pair exponentials come from per-document factors where the lists
+fit them (`FACTORED_EXPONENTIALS`) or one per pair, and RankNet's backward pass on JAX (gated or
+where-masked pairs).
 """
-
-import contextlib
-from unittest import mock
 
 from tfapprox import pair_sums
 
 
-@contextlib.contextmanager
-def recording(xla, read_traced):
-    """Yields a function that returns the paths taken (", "-separated) by what ran in the block.
+def traced_on_jax(loss, labels, scores):
+    """Returns {what: {path}} for `jax.jit(jax.value_and_grad(Σ loss))` traced on these lists
+    (labels and scores passed as arguments, as Keras' JAX train step passes them)."""
+    import jax
+    import jax.numpy as jnp
 
-    `xla`: what `pair_sums.compiled_by_xla` answers meanwhile. `read_traced(value, append)` must call
-    `append(bool(value))` once the traced boolean `value` is known (a `tf.py_function`, a
-    `jax.debug.callback`).
-    """
-    orders, fitted, unfactored, by_products, blocked = [], [], [], [], []
-    counted_order_applies = pair_sums.counted_order_applies
-    network_order_applies = pair_sums.network_order_applies
-    elementwise_sums_apply = pair_sums.elementwise_sums_apply
-    factored_or_per_pair = pair_sums._factored_or_per_pair
-    dense_sigmoid_sums = pair_sums._dense_sigmoid_sums
-    dense_or_blocked = pair_sums._dense_or_blocked
+    with pair_sums.recording_paths() as taken:
+        jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s)))).lower(
+            jnp.asarray(scores), jnp.asarray(labels))
+    return _by_choice(taken)
 
-    def order(values):
-        counted = counted_order_applies(values)
-        orders.append("counted order" if counted else "sorted")
-        return counted
 
-    def network(values):
-        applies = network_order_applies(values)
-        if applies:
-            orders.append("network order")
-        return applies
+def traced_on_tensorflow(loss, labels, scores, jit_compile, unknown_list_size=False):
+    """Returns {what: {path}} for a `tf.function` (XLA with `jit_compile`) of the loss and its
+    gradient, traced on these lists, or for `[None, None]` inputs with `unknown_list_size`."""
+    import tensorflow as tf
 
-    def products(pairs):
-        by_products.append(elementwise_sums_apply(pairs))
-        return by_products[-1]
+    def step(labels, scores):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            value = tf.reduce_sum(loss(labels, scores))
+        return value, tape.gradient(value, scores)
 
-    def exponentials(fit, *args):
-        read_traced(fit, fitted.append)
-        return factored_or_per_pair(fit, *args)
+    signature = [tf.TensorSpec((None, None), tf.float32)] * 2 if unknown_list_size else None
+    with pair_sums.recording_paths() as taken:
+        tf.function(step, jit_compile=jit_compile, input_signature=signature).get_concrete_function(
+            tf.constant(labels), tf.constant(scores))
+    return _by_choice(taken)
 
-    def sigmoid_sums(values, weights, factored=True):
-        unfactored.append(xla and not factored)
-        return dense_sigmoid_sums(values, weights, factored)
 
-    def in_blocks(pairwise, like, dense, blocks):
-        def traced_blocks():
-            if like.shape[1] is not None:  # (an unknown size traces both branches)
-                blocked.append(True)
-            return blocks()
+def _by_choice(taken):
+    by_choice = {}
+    for choice in taken:
+        what, path = choice.rsplit(": ", 1)
+        by_choice.setdefault(what, set()).add(path)
+    return by_choice
 
-        return dense_or_blocked(pairwise, like, dense, traced_blocks)
 
-    def described():
-        found = sorted(set(orders))
-        if blocked:
-            found.append(f"blocked pair sums ({pair_sums.PAIR_BLOCK} columns)")
-        if fitted and not pair_sums.FACTORED_EXPONENTIALS:
-            found.append("per-pair exps")
-        elif fitted:
-            found.append("factored exps" if all(fitted) else
-                         f"factored exps in {sum(fitted)}/{len(fitted)} calls, else per pair")
-        if any(unfactored):
-            found.append("per-pair exps (unfactored sums)")
-        if by_products:
-            found.append("pair sums by products" if all(by_products) else
-                         "pair sums by matmul" if not any(by_products) else
-                         f"pair sums by products in {sum(by_products)}/{len(by_products)}, else matmul")
-        return ", ".join(found) or "no compiled-mode choice"
-
-    with mock.patch.object(pair_sums, "compiled_by_xla", lambda: xla), \
-            mock.patch.object(pair_sums, "counted_order_applies", order), \
-            mock.patch.object(pair_sums, "network_order_applies", network), \
-            mock.patch.object(pair_sums, "elementwise_sums_apply", products), \
-            mock.patch.object(pair_sums, "_factored_or_per_pair", exponentials), \
-            mock.patch.object(pair_sums, "_dense_sigmoid_sums", sigmoid_sums), \
-            mock.patch.object(pair_sums, "_dense_or_blocked", in_blocks):
-        yield described
+def describe(by_choice):
+    """Returns the paths as one line: the XLA choices grouped by XLA or not, then each other
+    choice with the path or paths it took."""
+    compiled = {}
+    others = []
+    for what, paths in sorted(by_choice.items()):
+        if paths <= {"XLA", "no XLA"}:
+            for path in paths:
+                compiled.setdefault(path, []).append(what)
+        else:
+            others.append(f"{what}: {', '.join(sorted(paths))}")
+    parts = [f"{path}: {', '.join(whats)}" for path, whats in sorted(compiled.items())]
+    return "; ".join(parts + others) or "no compiled-mode choice"

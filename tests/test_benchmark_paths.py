@@ -1,6 +1,6 @@
-"""benchmarks/losses.py names the compiled-mode paths of tfapprox.pair_sums that each loss takes."""
+"""benchmarks/pair_paths.py names the compiled-mode paths of tfapprox.pair_sums that each loss takes
+(the path column of benchmarks/losses.py and benchmarks/gpu.py)."""
 
-import re
 import sys
 
 import numpy as np
@@ -10,42 +10,49 @@ from conftest import REPO
 from tfapprox import losses, pair_sums
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from losses import paths_taken  # noqa: E402  (benchmarks/losses.py)
+from pair_paths import describe, traced_on_tensorflow  # noqa: E402  (benchmarks/pair_paths.py)
 from tfranking_losses import GradientTimer, make_inputs  # noqa: E402
+
+
+def _taken(loss, list_size, batch, jit_compile=True, unknown_list_size=False, scale=1.0):
+    labels, scores = make_inputs(list_size, batch)
+    return traced_on_tensorflow(loss, labels, scores * scale, jit_compile, unknown_list_size)
 
 
 def test_orders_are_counted_or_networked_up_to_the_set_list_sizes(monkeypatch):
     listmle = losses.ListMLELoss()
-    assert paths_taken(listmle, make_inputs(10, 4), jit_compile=True) == "network order"
-    assert paths_taken(listmle, make_inputs(200, 2), jit_compile=True) == "network order"
-    assert paths_taken(listmle, make_inputs(200, 2), jit_compile=True,
-                       unknown_list_size=True) == "sorted"
-    assert paths_taken(listmle, make_inputs(10, 4), jit_compile=False) == "sorted"
+    assert _taken(listmle, 10, 4)["order"] == {"network"}
+    assert _taken(listmle, 200, 2)["order"] == {"network"}
+    assert _taken(listmle, 200, 2, unknown_list_size=True)["order"] == {"sorted"}
+    assert _taken(listmle, 10, 4, jit_compile=False)["order"] == {"sorted"}
     monkeypatch.setattr(pair_sums, "NETWORK_ORDER_UP_TO", 0)
-    assert paths_taken(listmle, make_inputs(10, 4), jit_compile=True) == "counted order"
-    assert paths_taken(listmle, make_inputs(200, 2), jit_compile=True) == "sorted"
+    assert _taken(listmle, 10, 4)["order"] == {"counted"}
+    assert _taken(listmle, 200, 2)["order"] == {"sorted"}
     monkeypatch.setattr(pair_sums, "COUNTED_ORDER_UP_TO", 0)
-    assert paths_taken(listmle, make_inputs(10, 4), jit_compile=True) == "sorted"
+    assert _taken(listmle, 10, 4)["order"] == {"sorted"}
 
 
 def test_pairs_of_short_lists_are_summed_by_products_without_xla(monkeypatch):
     ranknet = losses.RankNetLoss()
-    assert paths_taken(ranknet, make_inputs(10, 4), jit_compile=False) == "pair sums by products"
-    assert paths_taken(ranknet, make_inputs(100, 2), jit_compile=False) == "pair sums by matmul"
-    assert paths_taken(ranknet, make_inputs(10, 4), jit_compile=True) == "factored exps"
+    assert _taken(ranknet, 10, 4, jit_compile=False)["sums without XLA"] == {"products"}
+    assert _taken(ranknet, 100, 2, jit_compile=False)["sums without XLA"] == {"matmul"}
+    compiled = _taken(ranknet, 10, 4)
+    assert "sums without XLA" not in compiled
+    assert describe(compiled) == ("XLA: logistic sums; exps: factored where lists fit; "
+                                  "logistic gradient: where-masked; pairs: dense")
     monkeypatch.setattr(pair_sums, "ELEMENTWISE_SUMS_UP_TO", 0)
-    assert paths_taken(ranknet, make_inputs(10, 4), jit_compile=False) == "pair sums by matmul"
+    assert _taken(ranknet, 10, 4, jit_compile=False)["sums without XLA"] == {"matmul"}
 
 
-def test_factored_exponentials_where_lists_fit_them(monkeypatch):
-    approx_ndcg = losses.ApproxNDCGLoss()  # alpha 10: scores spanning > 17.4 do not fit
-    labels, scores = make_inputs(10, 4)
-    assert paths_taken(approx_ndcg, (labels, scores), jit_compile=True) == "factored exps"
-    wide = paths_taken(approx_ndcg, (labels, scores * 100.0), jit_compile=True)
-    assert re.fullmatch(r"factored exps in 0/\d+ calls, else per pair", wide)
-    assert paths_taken(approx_ndcg, (labels, scores), jit_compile=False) == "pair sums by products"
+def test_exponentials_and_blocks_are_named(monkeypatch):
+    assert _taken(losses.ApproxNDCGLoss(), 10, 4)["exps"] == {"factored where lists fit"}
+    assert _taken(losses.ApproxAPLoss(), 10, 4)["exps"] == {"factored where lists fit",
+                                                             "per pair"}  # (β·positions)
+    assert _taken(losses.ApproxNDCGLoss(pairwise="blocked"), 10, 4)["pairs"] == {"blocked"}
+    assert _taken(losses.ApproxNDCGLoss(), 10, 4, unknown_list_size=True)["pairs"] == {
+        f"blocked above {pair_sums.BLOCKED_ABOVE} documents"}
     monkeypatch.setattr(pair_sums, "FACTORED_EXPONENTIALS", False)
-    assert paths_taken(approx_ndcg, (labels, scores), jit_compile=True) == "per-pair exps"
+    assert _taken(losses.ApproxNDCGLoss(), 10, 4)["exps"] == {"per pair"}
 
 
 @pytest.mark.parametrize("name", ["approx_ndcg", "ranknet"])

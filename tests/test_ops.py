@@ -4,16 +4,20 @@ sums of tfapprox.pair_sums (dense or blocked, factored or per pair)."""
 import gc
 import math
 import re
+import sys
 import weakref
 
 import numpy as np
 import pytest
 from keras import ops
 
-from conftest import COMPILE_MODES, backend, loss_and_grad, random_batch, to_numpy
+from conftest import COMPILE_MODES, REPO, backend, loss_and_grad, random_batch, to_numpy
 from tfapprox import losses
 from tfapprox import ops as rank_ops
 from tfapprox import pair_sums
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import pair_paths  # noqa: E402  (benchmarks/pair_paths.py)
 
 
 def test_exact_ranks_sort_descending_and_keep_list_order_on_ties():
@@ -285,6 +289,17 @@ def test_dense_sigmoid_pair_sums_match_float64(spread, factored, mode, rng):
     np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(backend() != "jax", reason="the JAX kernels")
+@pytest.mark.parametrize("spread", [1.0, 1e4])
+def test_jax_kernels_match_float64(spread, rng, monkeypatch):
+    """RankNet's gated backward pass and the σ sums' backward passes without constants, taken
+    here for short lists, give the float64 values and gradients of the two tests above."""
+    monkeypatch.setattr(pair_sums, "GATED_GRADIENT_ABOVE", 0)
+    monkeypatch.setattr(pair_sums, "CONSTANT_FREE_ABOVE", 0)
+    test_dense_logistic_pair_sums_match_float64(spread, 37, "jit", rng)
+    test_dense_sigmoid_pair_sums_match_float64(spread, spread == 1.0, "jit", rng)
+
+
 @pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("label_step", [1.0, 0.5, 40.0], ids=["graded", "fractional", "large"])
 def test_ideal_dcg_counts_graded_labels_and_sorts_others(label_step, mode):
@@ -407,27 +422,12 @@ LOSSES_BY_PATH = ("approx_ndcg", "approx_ap", "ranknet", "weighted_ranknet", "li
 
 
 def _paths_traced(loss, mode):
-    """Returns the `pair_sums.xla_path` choices made while a forward+backward step of `loss` is
-    traced in `mode` (traced only: nothing is compiled or run)."""
+    """Returns {choice: {path}} recorded while a forward+backward step of `loss` on 2 lists of 6
+    is traced in `mode` (`benchmarks/pair_paths.py`; nothing is compiled or run)."""
     labels, scores = random_batch(np.random.default_rng(0), batch=2, list_size=6)
-    with pair_sums.recording_paths() as taken:
-        if backend() == "jax":
-            import jax
-            import jax.numpy as jnp
-
-            jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s)))).lower(scores, labels)
-        else:
-            import tensorflow as tf
-
-            def step(y, s):
-                with tf.GradientTape() as tape:
-                    tape.watch(s)
-                    value = tf.reduce_sum(loss(y, s))
-                return value, tape.gradient(value, s)
-
-            tf.function(step, jit_compile=mode == "xla").get_concrete_function(
-                tf.constant(labels), tf.constant(scores))
-    return taken
+    if backend() == "jax":
+        return pair_paths.traced_on_jax(loss, labels, scores)
+    return pair_paths.traced_on_tensorflow(loss, labels, scores, jit_compile=mode == "xla")
 
 
 @pytest.mark.parametrize("mode", [m for m in COMPILE_MODES if m != "eager"])
@@ -436,25 +436,49 @@ def test_compiled_losses_take_the_xla_paths(name, mode):
     """Under `jax.jit` and `jit_compile=True` every compiled-mode choice of a loss takes its XLA
     path, and in a TensorFlow graph that XLA does not compile, none does."""
     taken = _paths_traced(losses.get(name), mode)
-    assert taken, "no compiled-mode choice was recorded"
+    compiled = {what: paths for what, paths in taken.items() if paths <= {"XLA", "no XLA"}}
+    assert compiled, f"no compiled-mode choice was recorded: {taken}"
     expected = "no XLA" if mode == "graph" else "XLA"
-    assert {path.rsplit(": ", 1)[1] for path in taken} == {expected}, taken
+    assert set().union(*compiled.values()) == {expected}, taken
+
+
+@pytest.mark.parametrize("mode", [m for m in COMPILE_MODES if m != "eager"])
+@pytest.mark.parametrize("name, choice, bound, on_jax, elsewhere", [
+    ("ranknet", "logistic gradient", "GATED_GRADIENT_ABOVE", "gated", "where-masked"),
+    ("approx_ap", "sigmoid gradient", "CONSTANT_FREE_ABOVE", "no constants", "σ(1 − σ)")],
+    ids=["ranknet", "approx_ap"])
+def test_jax_kernels_are_taken_on_jax_above_their_bounds(name, choice, bound, on_jax, elsewhere,
+                                                         mode, monkeypatch):
+    """RankNet's gated backward pass and the σ sums' backward passes without constants are taken
+    under `jax.jit` for lists longer than their bounds ("Gated pairs", "Separate passes"), never
+    under TensorFlow's XLA, nor at or below the bound; without XLA neither kernel is traced."""
+    loss = losses.get(name)
+    expected = {on_jax} if backend() == "jax" else {elsewhere} if mode == "xla" else None
+    monkeypatch.setattr(pair_sums, bound, 5)  # the traced lists hold 6
+    assert _paths_traced(loss, mode).get(choice) == expected
+    monkeypatch.setattr(pair_sums, bound, 6)
+    assert _paths_traced(loss, mode).get(choice) == ({elsewhere} if expected else None)
 
 
 @pytest.mark.skipif(backend() != "jax", reason="reads the HLO that jax.jit compiles")
-@pytest.mark.parametrize("name", ["approx_ndcg", "approx_ap"])
-def test_jit_writes_no_tensor_of_sigmoid_pairs(name, rng):
-    """Under `jax.jit` the σ pair sums of a forward+backward step fuse whole: no fusion writes a
-    [B, L, L] tensor ("Separate passes" in `tfapprox.pair_sums`; RankNet's sums still do). 2 lists of 64 make 8192
-    pairs, enough for XLA to hand the reductions to YNNPACK (from 4096 elements)."""
+@pytest.mark.parametrize("name, batch, list_size",
+                         [("approx_ndcg", 2, 64), ("approx_ap", 2, 64), ("ranknet", 2, 64)])
+def test_jit_writes_no_tensor_of_pairs(name, batch, list_size, rng, monkeypatch):
+    """Under `jax.jit` the σ pair sums of a forward+backward step above `CONSTANT_FREE_ABOVE`, and
+    RankNet's backward pass above `GATED_GRADIENT_ABOVE` (both lowered to this list), fuse whole:
+    no fusion writes a [B, L, L] tensor ("Separate passes" and "Gated pairs" in
+    `tfapprox.pair_sums`). 2 lists of 64 make 8192 pairs, enough for XLA to hand the reductions
+    to YNNPACK (from 4096 elements)."""
     import jax
     import jax.numpy as jnp
 
+    monkeypatch.setattr(pair_sums, "GATED_GRADIENT_ABOVE", list_size - 1)
+    monkeypatch.setattr(pair_sums, "CONSTANT_FREE_ABOVE", list_size - 1)
     loss = losses.get(name)
-    labels, scores = random_batch(rng, batch=2, list_size=64)
+    labels, scores = random_batch(rng, batch=batch, list_size=list_size)
     step = jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s))))
     compiled = step.lower(scores, labels).compile().as_text()
-    pairs = re.compile(r"= \w+\[2,64,64\]")
+    pairs = re.compile(rf"= \w+\[{batch},{list_size},{list_size}\]")
     written = [line.strip()[:160] for line in compiled.splitlines()
                if " fusion(" in line and pairs.search(line)]
     assert not written

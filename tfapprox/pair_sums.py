@@ -21,7 +21,11 @@ them (figures from docs/benchmarks.md, "How" and "Long lists"):
   (ApproxNDCG and RankNet 1.26× faster at list 10).
 - Separate passes under XLA (`_dense_sigmoid_sums`): the σ sums' forward and backward passes
   take different factor sets and no select, so that JAX's XLA fuses each whole instead of first
-  writing [B, L, L] tensors (ApproxNDCG on JAX at list 1000 about 7× faster).
+  writing [B, L, L] tensors (ApproxNDCG on JAX at list 1000 about 7× faster); no pair-shaped
+  constant either, which XLA shares between the passes and writes (ApproxAP about 2.4×).
+- Gated pairs on JAX (GATED_GRADIENT_ABOVE, `_gated_logistic_gradient`): RankNet's backward
+  pass masks its pairs by arithmetic gates instead of selects, so that JAX's XLA fuses it whole
+  (RankNet on JAX at list 1000 about 5× faster).
 - Log chunks under XLA (LOG_CHUNK, `_log1p`): RankNet takes one log per 8 pairs, 3.92× TF-Ranking
   at list 1000 where one log per pair gave 1.80×.
 - Counted orders under XLA (COUNTED_ORDER_UP_TO): lists of a static size up to 128 are ordered by
@@ -60,17 +64,23 @@ def compiled_by_xla():
         return False
 
 
-# Paths taken: every compiled-mode choice goes through `xla_path`, which records it for
-# `recording_paths` while a function is traced, so a test (or benchmarks/losses.py) can see which
-# paths a loss took under `jax.jit` or `jit_compile=True` without timing it.
+# Paths taken: every compiled-mode choice goes through `xla_path`, and every other choice of how
+# (orders, blocks, exps, sums, RankNet's gradient) through `record`, which record it for
+# `recording_paths` while a function is traced, so a test (or benchmarks/pair_paths.py) can see
+# which paths a loss took under `jax.jit` or `jit_compile=True` without timing it.
 _RECORDINGS = []
+
+
+def record(what, path):
+    """Records that `what` took `path` in every `recording_paths` block open."""
+    for taken in _RECORDINGS:
+        taken.append(f"{what}: {path}")
 
 
 def xla_path(what):
     """Returns `compiled_by_xla()`, recording "`what`: XLA" or "`what`: no XLA"."""
     compiled = compiled_by_xla()
-    for taken in _RECORDINGS:
-        taken.append(f"{what}: {'XLA' if compiled else 'no XLA'}")
+    record(what, "XLA" if compiled else "no XLA")
     return compiled
 
 
@@ -100,10 +110,12 @@ def _dense_or_blocked(pairwise, like, dense, blocked):
     if pairwise == "auto":
         list_size = like.shape[1]
         if list_size is None:
+            record("pairs", f"blocked above {BLOCKED_ABOVE} documents")
             return ops.cond(ops.shape(like)[1] > BLOCKED_ABOVE, blocked, dense)
         pairwise = "blocked" if list_size > BLOCKED_ABOVE else "dense"
     if pairwise not in PAIRWISE_MODES:
         raise ValueError(f"`pairwise` must be one of {PAIRWISE_MODES}; got {pairwise!r}")
+    record("pairs", pairwise)
     return blocked() if pairwise == "blocked" else dense()
 
 
@@ -209,7 +221,9 @@ ELEMENTWISE_SUMS_UP_TO = 32
 
 def elementwise_sums_apply(pairs):
     """Whether `_row_sums` and `_column_sums` of `pairs` [B, L, L] take products and reductions."""
-    return pairs.shape[-1] is not None and pairs.shape[-1] <= ELEMENTWISE_SUMS_UP_TO
+    by_products = pairs.shape[-1] is not None and pairs.shape[-1] <= ELEMENTWISE_SUMS_UP_TO
+    record("sums without XLA", "products" if by_products else "matmul")
+    return by_products
 
 
 def short_list_without_xla(values):
@@ -309,6 +323,7 @@ FACTORED_EXPONENTIALS = True
 def _factored_or_per_pair(fits, by_factors, by_pairs, *inputs):
     """Returns `by_factors(*inputs)` where the bool scalar `fits` is True, else
     `by_pairs(*inputs)` (`first_or_fallback`); always the latter without FACTORED_EXPONENTIALS."""
+    record("exps", "factored where lists fit" if FACTORED_EXPONENTIALS else "per pair")
     if not FACTORED_EXPONENTIALS:
         return by_pairs(*inputs)
     return first_or_fallback(fits, by_factors, by_pairs, *inputs)
@@ -335,11 +350,18 @@ def _exponential_factors(values):
 # factors (which XLA then multiplies once, for both), ApproxNDCG's step wrote two (list 64) or
 # three (list 1000) such tensors. So the σ sums below take σ(v_j − v_k) = a_j / (a_j + a_k)
 # forward and σ' = u(1 − u), u = b_k / (b_j + b_k), backward (a = e^{v−c}, b = e^{c−v}), and
-# broadcast w forward, −w backward; `tests/test_ops.py` checks from the compiled HLO that no
-# [B, L, L] tensor is written under `jax.jit`. RankNet's sums still write some: masked by products
-# of signs instead of `ops.where`, they wrote none, but ran no faster on JAX and 1.4× slower under
-# TensorFlow's XLA (docs/benchmarks.md, "JAX"). Remove this when XLA's CPU library fusions take
-# selects and shared operands.
+# broadcast w forward, −w backward. A scalar constant is a shared operand too: XLA broadcasts it
+# to [B, L, L] once for every fusion that uses it, so "1 − u" or "1 / x" in two passes wrote a
+# tensor of ones (ApproxAP at list 1000: 148 → 347 lists/s without); on JAX the backward passes
+# below take no constant. `tests/test_ops.py` checks from the compiled HLO that no [B, L, L] tensor is
+# written under `jax.jit`. Short lists keep the constants: a tensor of ones that stays in cache
+# costs less than the quotient or exp more per pair (interleaved A/B on JAX, ApproxAP and
+# ApproxNDCG without against with: 0.9× and 0.9× at list 10, 0.75× and 0.9× at 32, 1.1× and 1.0×
+# at 64, 1.1× and 1.2× at 100, 2.2× and 1.05× at 1000), so lists of a static size up to
+# CONSTANT_FREE_ABOVE do. RankNet's
+# backward pass has its own kernel ("Gated pairs"). Remove this when XLA's CPU library fusions
+# take selects and shared operands.
+CONSTANT_FREE_ABOVE = 64
 
 
 def _dense_sigmoid_sums(values, weights, factored=True):
@@ -356,7 +378,11 @@ def _dense_sigmoid_sums(values, weights, factored=True):
     passes" says why two factor sets). Wider batches take one exp per pair as well (`_only_if`);
     with `factored=False`, every batch does, without that test. The backward pass rebuilds the
     pairs instead of keeping a [B, L, L] tensor; per pair it takes σ' as p·σ² (p capped at 1e30,
-    where σ' < 1e-30). Both ways σ' is accurate where σ is near 0 and near 1.
+    where σ' < 1e-30). On JAX, above CONSTANT_FREE_ABOVE, it takes no constant ("Separate
+    passes"): σ' = u·(1 − u)
+    from two quotients, and per pair 1 / (r + 1/r)², r = e^{(v_j − v_k)/2} and 1/r each from an
+    exp (σ' rounds to 0 where either overflows); under TensorFlow's XLA these ran 0.8× as fast.
+    Both ways σ' is accurate where σ is near 0 and near 1.
     """
     if not xla_path("sigmoid sums"):
         sigmoid = ops.sigmoid(_differences(values, values))
@@ -379,19 +405,35 @@ def _dense_sigmoid_sums(values, weights, factored=True):
         return ops.sum(ops.expand_dims(weights, 1) / (1.0 + ops.exp(-_differences(values, values))),
                        axis=-1)
 
+    list_size = values.shape[1]
+    without_constants = keras.backend.backend() == "jax" and (  # ("Separate passes")
+        list_size is None or list_size > CONSTANT_FREE_ABOVE)
+    record("sigmoid gradient", "no constants" if without_constants else "σ(1 − σ)")
+
     def pulled_back_by_factors(values, weights, upstream):  # σ' = u(1 − u), u = b_k / (b_j + b_k)
         del values  # the factors hold them
-        share = ops.expand_dims(below, 2) / (ops.expand_dims(below, 1) + ops.expand_dims(below, 2))
-        return ops.sum(share * (1.0 - share) * _pair_upstream(weights, upstream), axis=-1)
+        column, row = ops.expand_dims(below, 1), ops.expand_dims(below, 2)
+        if without_constants:  # 1 − u = b_j / (b_j + b_k)
+            total = column + row
+            slope = (row / total) * (column / total)
+        else:
+            share = row / (column + row)
+            slope = share * (1.0 - share)
+        return ops.sum(slope * _pair_upstream(weights, upstream), axis=-1)
 
-    def pulled_back_by_pairs(values, weights, upstream):  # σ' = p / (1 + p)², p from −v
-        negated = -values
+    def pulled_back_by_pairs(values, weights, upstream):
+        if without_constants:  # σ' = 1 / (r + 1/r)², r = e^{(v_j − v_k)/2}, 1/r its own exp
+            halves = 0.5 * values
+            spread = ops.exp(_differences(halves, halves)) + ops.exp(_differences(-halves, -halves))
+            return ops.sum(_pair_upstream(weights, upstream) / (spread * spread), axis=-1)
+        negated = -values  # σ' = p / (1 + p)², p from −v
         ratio = ops.minimum(ops.exp(_differences(negated, negated)), 1e30)
         sigmoid = 1.0 / (1.0 + ratio)
         return ops.sum(ratio * sigmoid * sigmoid * _pair_upstream(weights, upstream), axis=-1)
 
     def either(by_factors, by_pairs, *inputs):
         if not factored:
+            record("exps", "per pair")
             return by_pairs(fixed, *inputs)
         return _factored_or_per_pair(fits, by_factors, by_pairs, fixed, *inputs)
 
@@ -537,8 +579,77 @@ def _dense_logistic_sums(scores, ranked):
         return _factored_or_per_pair(fits, lambda *given: of(by_factors, *given),
                                      lambda *given: of(by_pairs, *given), fixed, ranked, *inputs)
 
-    return (either(sums, smalls_by_factors, smalls_by_pairs),
-            lambda upstream: either(gradient, ratios_by_factors, ratios_by_pairs, upstream))
+    values = either(sums, smalls_by_factors, smalls_by_pairs)
+    if gated_gradient_applies(scores):
+        return values, _gated_logistic_gradient(fixed, ranked, fits, above)
+    return values, lambda upstream: either(gradient, ratios_by_factors, ratios_by_pairs, upstream)
+
+
+# Gated pairs (JAX's XLA on CPU; "Separate passes" says why). RankNet's backward pass above
+# computed with `ops.where` masks writes [B, L, L] masks and pulls, cheap while they stay in cache
+# and not after: on JAX RankNet's step ran 6.5× faster with the gated backward pass below (no
+# tensor written) at list 1000, 1.6× at 300, 1.5× at 200, 0.83× at 150, 0.89× at 100 and 0.87× at
+# 10 (interleaved A/B on a loaded CPU, batches of 8 to 256). So on JAX lists of a static size above
+# GATED_GRADIENT_ABOVE, or of a `None` size, take it. Its pairs are masked by gates
+# G_kj = max(l_k·GATE_SCALE − l_j·GATE_SCALE, 0) (labels scaled once per document): 0 where k is
+# not above j, else at least 1 for labels below 2^64 and more than 2^-64 apart, so that
+# min(σ, G) = 1{l_k > l_j}·σ. `ops.sign` and `ops.clip` on the pairs, the other ways, ran outside
+# YNNPACK's fusions or wrote a tensor, and scaling each pair's difference instead of the labels
+# made the pass 1.8× slower. The forward pass keeps its where-masked log chunks (what it writes
+# is an eighth of the pairs): gated rewrites of it, with one log per pair or per chunk, ran slower
+# at every list size tried.
+GATED_GRADIENT_ABOVE = 180
+GATE_SCALE = 2.0 ** 64
+LARGEST_FLOAT32 = 3.4028234663852886e38
+
+
+def gated_gradient_applies(scores):
+    """Whether RankNet's pair sums over `scores` [B, L] take `_gated_logistic_gradient`."""
+    list_size = scores.shape[1]
+    gated = keras.backend.backend() == "jax" and (list_size is None
+                                                  or list_size > GATED_GRADIENT_ABOVE)
+    record("logistic gradient", "gated" if gated else "where-masked")
+    return gated
+
+
+def _gated_logistic_gradient(scores, ranked, fits, above):
+    """Returns the gradient of `_dense_logistic_sums` as a function of the upstream g, from pairs
+    masked by gates ("Gated pairs"), which YNNPACK fuses whole:
+
+        ∂/∂s_k = Σ_j g_j·1{l_j > l_k}·σ(s_k − s_j) − g_k·1{l_k > l_j}·σ(s_j − s_k),
+
+    σ(s_j − s_k) = a_j / (a_j + a_k) from the factors a = e^{s−c} (`_exponential_factors`) where
+    every list spans at most 2·EXP_LIMIT (`fits`), else p / (1 + p), p = e^{s_j − s_k}, one exp
+    per pair (`_only_if`). The gates come from labels scaled by GATE_SCALE (clipped to finite
+    floats); a document in no pair (padded, of a NaN label) is the upper of no pair (scaled label
+    −3.4e38) and the lower of none (+3.4e38)."""
+    scaled = ops.clip(ranked * GATE_SCALE, -LARGEST_FLOAT32, LARGEST_FLOAT32)
+    upper = ops.where(ops.isnan(ranked), -LARGEST_FLOAT32, scaled)
+    lower = ops.where(ops.isnan(ranked), LARGEST_FLOAT32, scaled)
+
+    def gradient(shares, scores, upper, lower, above, upstream):
+        to_lower, to_upper = shares(scores, above)  # σ(s_k − s_j), σ(s_j − s_k)
+        k_is_lower = ops.maximum(ops.expand_dims(upper, 1) - ops.expand_dims(lower, 2), 0.0)
+        k_is_upper = ops.maximum(ops.expand_dims(upper, 2) - ops.expand_dims(lower, 1), 0.0)
+        return ops.sum(ops.expand_dims(upstream, 1) * ops.minimum(to_lower, k_is_lower)
+                       - ops.expand_dims(upstream, 2) * ops.minimum(to_upper, k_is_upper),
+                       axis=-1)
+
+    def shares_by_factors(scores, above):  # a_k / (a_j + a_k), a_j / (a_j + a_k)
+        del scores  # the factors hold them
+        column, row = ops.expand_dims(above, 1), ops.expand_dims(above, 2)
+        total = column + row
+        return row / total, column / total
+
+    def shares_by_pairs(scores, above):  # with p = e^{s_j − s_k}: 1 / (1 + p), p / (1 + p)
+        del above
+        ratio = ops.minimum(ops.exp(_differences(scores, scores)), 1e30)
+        share = 1.0 / (1.0 + ratio)
+        return share, ratio * share
+
+    return lambda upstream: _factored_or_per_pair(
+        fits, lambda *given: gradient(shares_by_factors, *given),
+        lambda *given: gradient(shares_by_pairs, *given), scores, upper, lower, above, upstream)
 
 
 # Log chunks (XLA on CPU): one log per LOG_CHUNK pairs in `_dense_logistic_sums`; RankNet at list
@@ -606,8 +717,10 @@ COUNTED_ORDER_UP_TO = 128
 
 def counted_order_applies(values):
     """Whether `values` [B, L] are ordered by counting (`descending_positions_by_counting`)."""
-    return (values.shape[1] is not None and xla_path("counted order")
-            and values.shape[1] <= COUNTED_ORDER_UP_TO)
+    counted = (values.shape[1] is not None and xla_path("counted order")
+               and values.shape[1] <= COUNTED_ORDER_UP_TO)
+    record("order", "counted" if counted else "sorted")
+    return counted
 
 
 def descending_positions_by_counting(values):
@@ -643,8 +756,11 @@ NETWORK_ORDER_UP_TO = 2 ** 14
 def network_order_applies(values):
     """Whether integer codes `[B, L]` are ordered by `descending_order_by_network`."""
     list_size = values.shape[1]
-    return (list_size is not None and xla_path("network order")
-            and list_size <= NETWORK_ORDER_UP_TO)
+    applies = (list_size is not None and xla_path("network order")
+               and list_size <= NETWORK_ORDER_UP_TO)
+    if applies:
+        record("order", "network")
+    return applies
 
 
 def _network_size(list_size):

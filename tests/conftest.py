@@ -23,8 +23,8 @@ if _OWN_JAX_CACHE:
 # The suite compiles hundreds of small programs and runs each a few times, so XLA's compile time
 # is most of its XLA and JAX time: without LLVM's optimisations and with XLA's older CPU fusion
 # emitters, a loss and its gradient compile 3-4x faster (0.8 s -> 0.2 s), the same HLO, the same
-# results, the JAX pass 258 s -> 99 s on 2 cores. XLA_FLAGS set by the caller are kept, and the
-# trainer's XLA-dump test compiles with XLA's defaults.
+# results, the JAX pass 258 s -> 99 s on 2 cores. XLA_FLAGS set by the caller are kept (the
+# trainer's XLA-dump test adds its dump directory to these flags).
 SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 os.environ.setdefault("XLA_FLAGS", SUITE_XLA_FLAGS)
 # pytest-xdist starts one worker per core, so each worker's TensorFlow runs one thread per pool

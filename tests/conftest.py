@@ -41,6 +41,11 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+# What TensorFlow logs at start-up on a machine without a GPU, though nothing is wrong: the command
+# lines (`python -m trainer`, `python -m tfapprox.data`) keep it off the terminal.
+START_UP_NOTICES = ("cuInit", "oneDNN", "cudart", "absl::InitializeLog", "cpu_feature_guard")
+
+
 def to_numpy(x):
     return np.asarray(ops.convert_to_numpy(x))
 

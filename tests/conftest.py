@@ -23,8 +23,8 @@ if _OWN_JAX_CACHE:
 # The suite compiles hundreds of small programs and runs each a few times, so XLA's compile time
 # is most of its XLA and JAX time: without LLVM's optimisations and with XLA's older CPU fusion
 # emitters, a loss and its gradient compile 3-4x faster (0.8 s -> 0.2 s), the same HLO, the same
-# results, the JAX pass 258 s -> 99 s on 2 cores. XLA_FLAGS set by the caller are kept, and the
-# trainer's XLA-dump test compiles with XLA's defaults.
+# results, the JAX pass 258 s -> 99 s on 2 cores. XLA_FLAGS set by the caller are kept (the
+# trainer's XLA-dump test adds its dump directory to these flags).
 SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 os.environ.setdefault("XLA_FLAGS", SUITE_XLA_FLAGS)
 # pytest-xdist starts one worker per core, so each worker's TensorFlow runs one thread per pool
@@ -39,6 +39,11 @@ from keras import ops  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+# What TensorFlow logs at start-up on a machine without a GPU, though nothing is wrong: the command
+# lines (`python -m trainer`, `python -m tfapprox.data`) keep it off the terminal.
+START_UP_NOTICES = ("cuInit", "oneDNN", "cudart", "absl::InitializeLog", "cpu_feature_guard")
 
 
 def to_numpy(x):
@@ -126,12 +131,34 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if SHARED_DATA.is_dir():
-        return
-    skip = pytest.mark.skip(reason=f"LETOR data not found at {SHARED_DATA}")
+    if not SHARED_DATA.is_dir():
+        skip = pytest.mark.skip(reason=f"LETOR data not found at {SHARED_DATA}")
+        for item in items:
+            if "data" in item.keywords:
+                item.add_marker(skip)
+    if config.getoption("dist", "no") == "loadgroup":
+        _schedule_longest_first(items)
+
+
+def _schedule_longest_first(items):
+    """Orders the tests for `-n auto --dist loadgroup` (README's command) so that the workers
+    finish together.
+
+    Tests that share a fixture a test module builds once (a trained model, an export, TF-Ranking's
+    values, the compiled C++ loader) go to one worker as a group, so it is built once, not once
+    per worker; xdist hands out the largest groups first. The `slow` tests come next, the quick
+    ones last: a worker that runs out of work then waits seconds for the other, not the minutes
+    of a long test collected late.
+    """
     for item in items:
-        if "data" in item.keywords:
-            item.add_marker(skip)
+        info = getattr(item, "_fixtureinfo", None)
+        shared = [defs[-1] for defs in (info.name2fixturedefs.values() if info else ())
+                  if defs[-1].scope in ("module", "session") and defs[-1].baseid.endswith(".py")]
+        if shared:
+            sessions = [d.argname for d in shared if d.scope == "session"]
+            item.add_marker(pytest.mark.xdist_group(sessions[0] if sessions else
+                                                    item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: "slow" not in item.keywords)
 
 
 def backend():

@@ -17,6 +17,7 @@ from tfapprox.data import converter, dataset, letor, records, shards, synthetic
 from tfapprox.data.__main__ import main as cli
 from tfapprox.data.shards import RecordError
 
+from conftest import START_UP_NOTICES
 from test_data_letor import lightgbm_copy
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -153,6 +154,15 @@ def test_python_dash_m_entry_point(tmp_path, small):
         [sys.executable, "-m", "tfapprox.data", "convert", str(tmp_path / "missing.txt"), "--output",
          str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "no such LETOR file" in run.stderr
+    # A conversion keeps TensorFlow's start-up notices off
+    # the terminal, with TF_CPP_MIN_LOG_LEVEL unset as in a user's shell.
+    quiet = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    run = subprocess.run(
+        [sys.executable, "-m", "tfapprox.data", "convert", str(small["paths"]["vali"]), "--output",
+         str(tmp_path / "records")], capture_output=True, text=True, timeout=300, env=quiet)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "records" / "spec.json").is_file()
+    assert not [notice for notice in START_UP_NOTICES if notice in run.stderr], run.stderr[-3000:]
 
 
 def test_a_huge_feature_index_is_refused_before_allocating(tmp_path, capsys):

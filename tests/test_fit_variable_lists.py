@@ -176,6 +176,7 @@ def test_every_metric_updates_on_variable_length_lists(mode):
         assert np.all(np.isfinite(values)) and 0.0 < values[-1] <= upper, (metric.name, values)
 
 
+@pytest.mark.backend_neutral
 def test_metrics_on_variable_length_lists_equal_those_on_one_padded_batch():
     """Streaming over batches of different list sizes gives what one padded batch gives."""
     batches = list(variable_length_batches())

@@ -78,6 +78,7 @@ def test_padding_changes_no_value_and_no_gradient(loss, rng):
     assert np.all(padded_grad[:, :2] == 0) and np.all(padded_grad[:, 9:] == 0)
 
 
+@pytest.mark.backend_neutral
 @pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
 def test_mask_in_dict_is_the_same_as_negative_labels(loss, rng):
     labels, scores = random_batch(rng, batch=5, list_size=9, pad_fraction=0.3)
@@ -87,6 +88,7 @@ def test_mask_in_dict_is_the_same_as_negative_labels(loss, rng):
                                rtol=1e-6)
 
 
+@pytest.mark.backend_neutral
 @pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
 def test_permuting_a_list_changes_nothing(loss, rng):
     list_size = 8
@@ -205,6 +207,7 @@ def test_labels_of_128_and_more_give_the_formula_not_nan(name, params, rng):
                             rel_tol=2e-5, abs_tol=1e-6), offset
 
 
+@pytest.mark.backend_neutral
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
 def test_half_precision_scores_give_float32_losses_close_to_float32(loss, dtype, rng):
@@ -216,6 +219,7 @@ def test_half_precision_scores_give_float32_losses_close_to_float32(loss, dtype,
     assert math.isclose(float(to_numpy(value)), reference, rel_tol=1e-5, abs_tol=1e-6)
 
 
+@pytest.mark.backend_neutral
 @pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
 def test_lists_without_a_loss_do_not_dilute_the_mean(loss, rng):
     labels, scores = random_batch(rng, batch=3, list_size=6, pad_fraction=0.0)
@@ -300,6 +304,7 @@ def test_bad_shapes_are_named_in_the_error():
              np.zeros((2, 3), np.float32))
 
 
+@pytest.mark.backend_neutral
 @pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
 def test_config_round_trip_and_keras_lookup(loss, rng):
     labels, scores = random_batch(rng)

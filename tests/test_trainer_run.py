@@ -22,7 +22,7 @@ from trainer import checkpoint, config as config_lib, cv, data, train
 from trainer.config import DataConfig
 from trainer.__main__ import main
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, SUITE_XLA_FLAGS
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
 
@@ -380,7 +380,8 @@ def test_jit_compiles_once_per_bucket_through_the_command_line(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "trainer", "train", "--config", str(tmp_path / "run.yaml"), "--jit",
          "--buckets", "3", "--run-dir", str(tmp_path / "run")], cwd=tmp_path,
-        env={**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}"}, capture_output=True, text=True,
+        env={**os.environ, "XLA_FLAGS": f"{SUITE_XLA_FLAGS} --xla_dump_to={dump}"},
+        capture_output=True, text=True,
         timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Training lists padded to" in done.stdout

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from benchmarks.experiment_runs import GBDTS, Run, scorer_label
+from benchmarks.experiment_runs import GBDTS, Run, recipe_arguments, scorer_label
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
@@ -108,5 +108,5 @@ def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int, data_keys
     rounds = LIGHTGBM_ROUNDS if setting.model in GBDTS else epochs
     return [Run(dataset, fold, seed, setting.model, setting.loss, point, rounds,
                 precision=setting.precision, scorer=setting.scorer,
-                data=(data_keys or {}).get(fold, ""))
+                data=(data_keys or {}).get(fold, ""), recipe=recipe_arguments(setting.model))
             for fold in folds for seed in seeds for point in setting.points()]

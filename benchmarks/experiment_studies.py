@@ -49,7 +49,7 @@ GBDT_SETTINGS = (
     Setting("xgboost", "rank:ndcg", grid=(("eta", (0.05, 0.1)), ("max_depth", (4, 6, 8)))),
     Setting("catboost", "YetiRank", (("learning_rate", 0.05),), (("depth", (4, 6, 8)),)),
 )
-# DASALC (tfapprox.models.RECIPES) with each loss (softmax_loss runs where tfapprox.losses has it),
+# DASALC (tfapprox.models.RECIPES) with each loss (softmax_loss is the paper's),
 # and its ablation: with ApproxNDCG each of its pieces taken away, then the B256 tower it is built
 # on with none of them.
 DASALC_LOSSES = (("approx_ndcg", (("alpha", 10.0),)), ("approx_ap", (("alpha", 10.0),)),

@@ -386,8 +386,7 @@ def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
 
     lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
              f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_ablation "
-             f"{data.flags()}` "
-             "(softmax_loss's row: add `--loss softmax_loss` where tfapprox has it). Seconds per "
+             f"{data.flags()}`. Seconds per "
              "fold: wall time of every grid point of a fold on one thread, training and scoring, "
              "mean over folds and seeds (as the runs measured it: on a shared machine, compare "
              "them only roughly). Paired tests use the seeds both rows have.\n", costed(gbdts), ""]

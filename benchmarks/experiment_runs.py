@@ -64,6 +64,9 @@ class Run:
     precision: str = "float32"  # or "mixed_bfloat16": the trainer's --mixed-precision on CPU
     scorer: tuple[tuple[str, Any], ...] = ()  # the scorer's options (model.input_transform, ...)
     data: str = ""  # `data_key` of the fold's files; "" for the shared sets (the published files)
+    # A recipe scorer's own arguments (`recipe_arguments`): a changed recipe gets new keys, so it
+    # never reads the results of the one before.
+    recipe: tuple[tuple[str, Any], ...] = ()
 
     def label(self) -> str:
         """Returns the configuration without fold and seed, e.g. `B64 approx_ndcg(alpha=10)`."""
@@ -74,7 +77,8 @@ class Run:
     def cache_path(self, cache: Path) -> Path:
         fields = dataclasses.asdict(self)
         # runs cached before a field existed keep their names while it holds its default
-        for field, before in (("precision", "float32"), ("scorer", ()), ("data", "")):
+        for field, before in (("precision", "float32"), ("scorer", ()), ("data", ""),
+                              ("recipe", ())):
             if getattr(self, field) == before:
                 del fields[field]
         digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
@@ -97,6 +101,18 @@ def data_key(files: dict[str, list[str]]) -> str:
 
 
 GBDTS = ("lightgbm", "xgboost", "catboost")
+
+
+def recipe_arguments(model: str) -> tuple[tuple[str, Any], ...]:
+    """Returns the arguments of `model`'s recipe in `tfapprox.models.RECIPES`, sorted by name;
+    () for a B-net, AdaRank or a GBDT."""
+    if model in GBDTS or model == "adarank":
+        return ()
+    from tfapprox.models import RECIPES
+
+    arguments = RECIPES.get(model.upper(), {})
+    return tuple((k, tuple(v) if isinstance(v, (list, tuple)) else v)
+                 for k, v in sorted(arguments.items()))
 
 
 def scorer_label(scorer: tuple[tuple[str, Any], ...]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from benchmarks.experiment_runs import GBDTS, Run, scorer_label
+from benchmarks.experiment_runs import GBDTS, Run, recipe_arguments, scorer_label
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
@@ -49,7 +49,7 @@ GBDT_SETTINGS = (
     Setting("xgboost", "rank:ndcg", grid=(("eta", (0.05, 0.1)), ("max_depth", (4, 6, 8)))),
     Setting("catboost", "YetiRank", (("learning_rate", 0.05),), (("depth", (4, 6, 8)),)),
 )
-# DASALC (tfapprox.models.RECIPES) with each loss (softmax_loss runs where tfapprox.losses has it),
+# DASALC (tfapprox.models.RECIPES) with each loss (softmax_loss is the paper's),
 # and its ablation: with ApproxNDCG each of its pieces taken away, then the B256 tower it is built
 # on with none of them.
 DASALC_LOSSES = (("approx_ndcg", (("alpha", 10.0),)), ("approx_ap", (("alpha", 10.0),)),
@@ -108,5 +108,5 @@ def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int, data_keys
     rounds = LIGHTGBM_ROUNDS if setting.model in GBDTS else epochs
     return [Run(dataset, fold, seed, setting.model, setting.loss, point, rounds,
                 precision=setting.precision, scorer=setting.scorer,
-                data=(data_keys or {}).get(fold, ""))
+                data=(data_keys or {}).get(fold, ""), recipe=recipe_arguments(setting.model))
             for fold in folds for seed in seeds for point in setting.points()]

@@ -36,7 +36,7 @@ Studies (`--study`, any subset; the report has the sections of those given):
                CatBoost YetiRank lr 0.05, depth ∈ {4, 6, 8}. The reference is the best of the three
                on validation, per set
   dasalc       DASALC (Qin et al., ICLR 2021; --preset dasalc) with ApproxNDCG, ApproxAP and
-               softmax_loss (run where tfapprox.losses has it)
+               softmax_loss, its own loss
   dasalc_ablation  DASALC with ApproxNDCG without the log1p transform, without the input noise,
                without the self-attention, and the B256 tower with none of them
   direct       the other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, PermuRank (B64)

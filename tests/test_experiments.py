@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -206,3 +207,17 @@ def test_smoke_run_writes_every_table_and_plot(tmp_path):
 
 def test_the_dasalc_study_compares_its_losses():
     assert {s.loss for s in studies()["dasalc"]} == {"approx_ndcg", "approx_ap", "softmax_loss"}
+
+
+def test_a_changed_recipe_never_reads_the_old_recipes_results(monkeypatch):
+    from tfapprox import models
+
+    dasalc, b256 = studies()["dasalc"][0], studies()["dasalc_ablation"][-1]
+
+    def paths():
+        return [runs_of(s, "YAHOO", [1], [0], 40)[0].cache_path(Path("c")) for s in (dasalc, b256)]
+
+    before = paths()
+    monkeypatch.setitem(models.RECIPES, "DASALC", {**models.RECIPES["DASALC"], "noise_stddev": 9.0})
+    after = paths()
+    assert after[0] != before[0] and after[1] == before[1]  # the B-net's key is its own

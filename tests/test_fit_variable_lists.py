@@ -245,7 +245,7 @@ def test_dasalc_scorer_trains_on_variable_length_lists(mode):
     """DASALC's pieces (log1p inputs, input noise, self-attention with latent cross) through fit,
     compiled, on lists whose size changes from batch to batch."""
     keras.utils.set_random_seed(1)
-    model = models.DNNScorer(hidden_units=(8, 4), input_transform="log1p", noise_stddev=0.1,
+    model = models.DNNScorer(hidden_units=(8, 4), input_transform="log1p", noise_stddev=1.5,
                              attention_layers=1, attention_heads=2, attention_units=8)
     model.build({"features": (None, None, NUM_FEATURES), "mask": (None, None)})
     before = [to_numpy(w) for w in model.interaction.trainable_weights]

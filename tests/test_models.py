@@ -275,7 +275,7 @@ def test_the_dasalc_recipe_and_its_overrides():
 def test_input_noise_is_drawn_in_training_only():
     features, mask, _ = _batch(8)
     inputs = {"features": features, "mask": mask}
-    noisy = DNNScorer(HIDDEN, noise_stddev=0.5)
+    noisy = DNNScorer(HIDDEN, noise_stddev=1.5)  # σ > 1 as DASALC's (GaussianNoise refuses it)
     quiet = DNNScorer(HIDDEN)
     quiet(inputs)
     noisy(inputs)

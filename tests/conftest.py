@@ -136,29 +136,6 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "data" in item.keywords:
                 item.add_marker(skip)
-    if config.getoption("dist", "no") == "loadgroup":
-        _schedule_longest_first(items)
-
-
-def _schedule_longest_first(items):
-    """Orders the tests for `-n auto --dist loadgroup` (README's command) so that the workers
-    finish together.
-
-    Tests that share a fixture a test module builds once (a trained model, an export, TF-Ranking's
-    values, the compiled C++ loader) go to one worker as a group, so it is built once, not once
-    per worker; xdist hands out the largest groups first. The `slow` tests come next, the quick
-    ones last: a worker that runs out of work then waits seconds for the other, not the minutes
-    of a long test collected late.
-    """
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        shared = [defs[-1] for defs in (info.name2fixturedefs.values() if info else ())
-                  if defs[-1].scope in ("module", "session") and defs[-1].baseid.endswith(".py")]
-        if shared:
-            sessions = [d.argname for d in shared if d.scope == "session"]
-            item.add_marker(pytest.mark.xdist_group(sessions[0] if sessions else
-                                                    item.nodeid.split("::")[0]))
-    items.sort(key=lambda item: "slow" not in item.keywords)
 
 
 def backend():

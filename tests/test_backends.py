@@ -211,7 +211,7 @@ def test_gpu_benchmark_runs_tiny_on_the_cpu_without_tensorflow():
             assert number.fullmatch(ours) and path, (row, ours, path)
             assert bool(number.fullmatch(rax)) == with_rax
             assert ratio.endswith("×") == with_rax
-    assert table[("ListMLE", "10", "4")][3] == "network order"
+    assert table[("ListMLE", "10", "4")][3].startswith("XLA: network order")  # jit's path
     for policy in ("float32", "mixed_bfloat16"):
         assert re.search(rf"\| 10 \| 4 \| {policy} \| [\d,]+ \| [\d.]+% \|", out)
 

@@ -11,11 +11,15 @@ from keras import ops
 from tfapprox import ops as rank_ops
 
 
+def both_real(mask):
+    """Returns bool `[B, L, L]`: entry `[b, i, j]` is True when documents i and j are both real."""
+    return ops.logical_and(ops.expand_dims(mask, 2), ops.expand_dims(mask, 1))
+
+
 def real_pairs(mask):
     """Returns bool `[B, L, L]`: entry `[b, i, j]` is True when i ≠ j are both real documents."""
     not_self = ops.logical_not(ops.eye(ops.shape(mask)[1], dtype="bool"))
-    both_real = ops.logical_and(ops.expand_dims(mask, 2), ops.expand_dims(mask, 1))
-    return ops.logical_and(both_real, ops.expand_dims(not_self, 0))
+    return ops.logical_and(both_real(mask), ops.expand_dims(not_self, 0))
 
 
 def pair_differences(values):

@@ -144,8 +144,7 @@ class PairwiseLoss(base.RankingLoss):
     def ordered_pairs(self, labels, mask):
         """Returns bool `[B, L, L]`: the pairs the loss sums over (l_i > l_j, so i ≠ j, both
         real)."""
-        both_real = ops.logical_and(ops.expand_dims(mask, 2), ops.expand_dims(mask, 1))
-        return ops.logical_and(both_real, direct_ops.pair_differences(labels) > 0)
+        return ops.logical_and(direct_ops.both_real(mask), direct_ops.pair_differences(labels) > 0)
 
     def per_list(self, labels, mask, scores):
         if self.temperature != 1.0:

@@ -6,8 +6,8 @@ runs where there is none.
 Recorded: whether XLA compiles each choice (`pair_sums.xla_path`), how lists are ordered (sorting
 network, counting, sort), how pairs are summed without XLA (products or matmul) and in blocks of
 columns for long lists, whether pair exponentials come from per-document factors where the lists
-fit them (`FACTORED_EXPONENTIALS`) or one per pair, and RankNet's backward pass on JAX (gated or
-where-masked pairs).
+fit them (`FACTORED_EXPONENTIALS`) or one per pair, and RankNet's backward pass (its pulls
+masked by a last select on JAX, "select last", or where-masked).
 """
 
 from tfapprox import pair_sums

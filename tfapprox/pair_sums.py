@@ -23,9 +23,9 @@ them (figures from docs/benchmarks.md, "How" and "Long lists"):
   take different factor sets and no select, so that JAX's XLA fuses each whole instead of first
   writing [B, L, L] tensors (ApproxNDCG on JAX at list 1000 about 7× faster); no pair-shaped
   constant either, which XLA shares between the passes and writes (ApproxAP about 2.4×).
-- Gated pairs on JAX (GATED_GRADIENT_ABOVE, `_gated_logistic_gradient`): RankNet's backward
-  pass masks its pairs by arithmetic gates instead of selects, so that JAX's XLA fuses it whole
-  (RankNet on JAX at list 1000 about 5× faster).
+- Select last on JAX (`select_last_applies`): RankNet's backward pass ends in a select, so that
+  JAX's XLA hands only its reduction to YNNPACK and computes the pairs in one loop (RankNet's
+  step on JAX 1.3–1.9× less CPU time at lists 100 to 1000).
 - Log chunks under XLA (LOG_CHUNK, `_log1p`): RankNet takes one log per 8 pairs, 3.92× TF-Ranking
   at list 1000 where one log per pair gave 1.80×.
 - Counted orders under XLA (COUNTED_ORDER_UP_TO): lists of a static size up to 128 are ordered by
@@ -359,7 +359,7 @@ def _exponential_factors(values):
 # ApproxNDCG without against with: 0.9× and 0.9× at list 10, 0.75× and 0.9× at 32, 1.1× and 1.0×
 # at 64, 1.1× and 1.2× at 100, 2.2× and 1.05× at 1000), so lists of a static size up to
 # CONSTANT_FREE_ABOVE do. RankNet's
-# backward pass has its own kernel ("Gated pairs"). Remove this when XLA's CPU library fusions
+# backward pass has its own plan ("Select last"). Remove this when XLA's CPU library fusions
 # take selects and shared operands.
 CONSTANT_FREE_ABOVE = 64
 
@@ -514,7 +514,8 @@ def _dense_logistic_sums(scores, ranked):
     per-document factors (`_exponential_factors`) when every list spans at most 2·EXP_LIMIT,
     else one exp per pair (`_only_if`). The backward pass rebuilds p = e^d the same way and
     takes σ(d) = p·q and 1 − σ(d) = q = 1/(1 + p) (p capped at 1e30, where σ rounds to 1),
-    keeping no [B, L, L] tensor.
+    keeping no [B, L, L] tensor from the forward pass (on JAX it writes its pulls once: "Select
+    last").
     """
     if not xla_path("logistic sums"):
         difference = _differences(scores, scores)
@@ -567,89 +568,47 @@ def _dense_logistic_sums(scores, ranked):
     def ratios_by_pairs(scores):
         return ops.exp(_differences(scores, scores))
 
+    select_last = select_last_applies()
+
     def gradient(ratios, scores, ranked, upstream):
         ratio = ops.minimum(ratios(scores), 1e30)  # e^{s_j − s_k}
         k_is_upper = ops.expand_dims(ranked, 2) > ops.expand_dims(ranked, 1)
         k_is_lower = ops.expand_dims(ranked, 2) < ops.expand_dims(ranked, 1)
         pulls = (ops.where(k_is_lower, ops.expand_dims(upstream, 1), 0.0)
                  - ops.where(k_is_upper, ratio * ops.expand_dims(upstream, 2), 0.0))
-        return ops.sum(pulls / (1.0 + ratio), axis=-1)  # one reduction: one fused pass
+        pulls = pulls / (1.0 + ratio)
+        if select_last:  # ("Select last")
+            pulls = ops.where(ops.logical_or(k_is_upper, k_is_lower), pulls, 0.0)
+        return ops.sum(pulls, axis=-1)  # one reduction: one fused pass
 
     def either(of, by_factors, by_pairs, *inputs):
         return _factored_or_per_pair(fits, lambda *given: of(by_factors, *given),
                                      lambda *given: of(by_pairs, *given), fixed, ranked, *inputs)
 
-    values = either(sums, smalls_by_factors, smalls_by_pairs)
-    if gated_gradient_applies(scores):
-        return values, _gated_logistic_gradient(fixed, ranked, fits, above)
-    return values, lambda upstream: either(gradient, ratios_by_factors, ratios_by_pairs, upstream)
+    return (either(sums, smalls_by_factors, smalls_by_pairs),
+            lambda upstream: either(gradient, ratios_by_factors, ratios_by_pairs, upstream))
 
 
-# Gated pairs (JAX's XLA on CPU; "Separate passes" says why). RankNet's backward pass above
-# computed with `ops.where` masks writes [B, L, L] masks and pulls, cheap while they stay in cache
-# and not after: on JAX RankNet's step ran 6.5× faster with the gated backward pass below (no
-# tensor written) at list 1000, 1.6× at 300, 1.5× at 200, 0.83× at 150, 0.89× at 100 and 0.87× at
-# 10 (interleaved A/B on a loaded CPU, batches of 8 to 256). So on JAX lists of a static size above
-# GATED_GRADIENT_ABOVE, or of a `None` size, take it. Its pairs are masked by gates
-# G_kj = max(l_k·GATE_SCALE − l_j·GATE_SCALE, 0) (labels scaled once per document): 0 where k is
-# not above j, else at least 1 for labels below 2^64 and more than 2^-64 apart, so that
-# min(σ, G) = 1{l_k > l_j}·σ. `ops.sign` and `ops.clip` on the pairs, the other ways, ran outside
-# YNNPACK's fusions or wrote a tensor, and scaling each pair's difference instead of the labels
-# made the pass 1.8× slower. The forward pass keeps its where-masked log chunks (what it writes
-# is an eighth of the pairs): gated rewrites of it, with one log per pair or per chunk, ran slower
-# at every list size tried.
-GATED_GRADIENT_ABOVE = 180
-GATE_SCALE = 2.0 ** 64
-LARGEST_FLOAT32 = 3.4028234663852886e38
+# Select last (JAX's XLA on CPU; "Separate passes" says what its library fusions take). A
+# reduction whose operand ends in arithmetic is handed to YNNPACK together with that arithmetic,
+# which it evaluates op by op over tiles of the pairs, at a cost that grows with the op count;
+# any select before it is first written out as a [B, L, L] tensor. RankNet's backward pass masks
+# its pulls once more, by a select after the quotient, so that YNNPACK takes the reduction alone
+# and XLA's loop emitter computes each pair's pull in registers and writes it once: the plan
+# TensorFlow 2.21's XLA takes for the same pass unasked (its YNNPACK fusions take additions
+# only). On JAX, interleaved A/B against the arithmetically gated pass this replaces (no tensor
+# written, a dozen ops per pair inside YNNPACK): CPU time per step 1.3–1.4× lower at list 1000,
+# 1.5× at 300, and against the where-masked pass (masks and pulls written) 1.8–1.9× lower at
+# lists 100 and 150, the same at 10. Under TensorFlow's XLA the select would be one more op per
+# pair in a pass it already fuses, so only JAX takes it. Remove this when XLA's CPU library
+# fusions take selects.
 
 
-def gated_gradient_applies(scores):
-    """Whether RankNet's pair sums over `scores` [B, L] take `_gated_logistic_gradient`."""
-    list_size = scores.shape[1]
-    gated = keras.backend.backend() == "jax" and (list_size is None
-                                                  or list_size > GATED_GRADIENT_ABOVE)
-    record("logistic gradient", "gated" if gated else "where-masked")
-    return gated
-
-
-def _gated_logistic_gradient(scores, ranked, fits, above):
-    """Returns the gradient of `_dense_logistic_sums` as a function of the upstream g, from pairs
-    masked by gates ("Gated pairs"), which YNNPACK fuses whole:
-
-        ∂/∂s_k = Σ_j g_j·1{l_j > l_k}·σ(s_k − s_j) − g_k·1{l_k > l_j}·σ(s_j − s_k),
-
-    σ(s_j − s_k) = a_j / (a_j + a_k) from the factors a = e^{s−c} (`_exponential_factors`) where
-    every list spans at most 2·EXP_LIMIT (`fits`), else p / (1 + p), p = e^{s_j − s_k}, one exp
-    per pair (`_only_if`). The gates come from labels scaled by GATE_SCALE (clipped to finite
-    floats); a document in no pair (padded, of a NaN label) is the upper of no pair (scaled label
-    −3.4e38) and the lower of none (+3.4e38)."""
-    scaled = ops.clip(ranked * GATE_SCALE, -LARGEST_FLOAT32, LARGEST_FLOAT32)
-    upper = ops.where(ops.isnan(ranked), -LARGEST_FLOAT32, scaled)
-    lower = ops.where(ops.isnan(ranked), LARGEST_FLOAT32, scaled)
-
-    def gradient(shares, scores, upper, lower, above, upstream):
-        to_lower, to_upper = shares(scores, above)  # σ(s_k − s_j), σ(s_j − s_k)
-        k_is_lower = ops.maximum(ops.expand_dims(upper, 1) - ops.expand_dims(lower, 2), 0.0)
-        k_is_upper = ops.maximum(ops.expand_dims(upper, 2) - ops.expand_dims(lower, 1), 0.0)
-        return ops.sum(ops.expand_dims(upstream, 1) * ops.minimum(to_lower, k_is_lower)
-                       - ops.expand_dims(upstream, 2) * ops.minimum(to_upper, k_is_upper),
-                       axis=-1)
-
-    def shares_by_factors(scores, above):  # a_k / (a_j + a_k), a_j / (a_j + a_k)
-        del scores  # the factors hold them
-        column, row = ops.expand_dims(above, 1), ops.expand_dims(above, 2)
-        total = column + row
-        return row / total, column / total
-
-    def shares_by_pairs(scores, above):  # with p = e^{s_j − s_k}: 1 / (1 + p), p / (1 + p)
-        del above
-        ratio = ops.minimum(ops.exp(_differences(scores, scores)), 1e30)
-        share = 1.0 / (1.0 + ratio)
-        return share, ratio * share
-
-    return lambda upstream: _factored_or_per_pair(
-        fits, lambda *given: gradient(shares_by_factors, *given),
-        lambda *given: gradient(shares_by_pairs, *given), scores, upper, lower, above, upstream)
+def select_last_applies():
+    """Whether RankNet's backward pass masks its pulls by a last select ("Select last")."""
+    select_last = keras.backend.backend() == "jax"
+    record("logistic gradient", "select last" if select_last else "where-masked")
+    return select_last
 
 
 # Log chunks (XLA on CPU): one log per LOG_CHUNK pairs in `_dense_logistic_sums`; RankNet at list

@@ -591,7 +591,8 @@ def _dense_logistic_sums(scores, ranked):
 
 # Select last (JAX's XLA on CPU; "Separate passes" says what its library fusions take). A
 # reduction whose operand ends in arithmetic is handed to YNNPACK together with that arithmetic,
-# which it evaluates op by op over tiles of the pairs, at a cost that grows with the op count;
+# which it appears to evaluate op by op over tiles of the pairs (fewer quotients made the pass no
+# faster, fewer ops did);
 # any select before it is first written out as a [B, L, L] tensor. RankNet's backward pass masks
 # its pulls once more, by a select after the quotient, so that YNNPACK takes the reduction alone
 # and XLA's loop emitter computes each pair's pull in registers and writes it once: the plan
@@ -599,9 +600,9 @@ def _dense_logistic_sums(scores, ranked):
 # only). On JAX, interleaved A/B against the arithmetically gated pass this replaces (no tensor
 # written, a dozen ops per pair inside YNNPACK): CPU time per step 1.3–1.4× lower at list 1000,
 # 1.5× at 300, and against the where-masked pass (masks and pulls written) 1.8–1.9× lower at
-# lists 100 and 150, the same at 10. Under TensorFlow's XLA the select would be one more op per
-# pair in a pass it already fuses, so only JAX takes it. Remove this when XLA's CPU library
-# fusions take selects.
+# lists 100 and 150, the same at 10. TensorFlow's XLA already compiles this plan without the
+# select (not measured with it), so only JAX takes it. Remove this when XLA's CPU library fusions
+# take selects.
 
 
 def select_last_applies():

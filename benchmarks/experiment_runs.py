@@ -10,8 +10,10 @@ same code (`per_query_metrics`, built on `tfapprox.metrics`), so every model is 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -206,7 +208,8 @@ def _neural(run: Run, files: dict[str, list[str]], num_features: int,
     name = run.dataset.lower()
     preset = config_lib.load_dict(name if name in config_lib.PRESETS else None)
     config_lib.apply_overrides(preset, {
-        "data.train": files["train"], "data.vali": files["vali"], "data.test": files["test"],
+        # the test files are scored below, query by query: the trainer needs only train and vali
+        "data.train": files["train"], "data.vali": files["vali"], "data.num_features": num_features,
         "data.cache_dir": str(scratch / "data"),
         **({"model.kind": "adarank", "model.adarank_measure": run.loss}
            if run.model == "adarank" else
@@ -231,10 +234,17 @@ def _neural(run: Run, files: dict[str, list[str]], num_features: int,
 
 def _num_features(files: dict[str, list[str]]) -> int:
     """Returns F as the trainer finds it: the largest feature index in the fold's files."""
+    paths = [path for split in SPLITS for path in files[split]]
+    return _largest_feature_index(tuple((path, os.stat(path).st_size, os.stat(path).st_mtime_ns)
+                                        for path in paths))
+
+
+@functools.lru_cache(maxsize=16)  # the runs of a fold read the same files: scanned once
+def _largest_feature_index(files: tuple[tuple[str, int, int], ...]) -> int:
+    """`files`: (path, size, modification time) of each file, so an edited file is read again."""
     from tfapprox.data.letor import scan
 
-    paths = [path for split in SPLITS for path in files[split]]
-    return scan(paths, with_features=True).num_features
+    return scan([path for path, _, _ in files], with_features=True).num_features
 
 
 def _score(model, features: list[np.ndarray]) -> list[np.ndarray]:

@@ -148,6 +148,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--smoke", action="store_true",
                         help="the first fold, seed 0, 1 epoch, each grid cut to its first point, "
                              "sweeps to two points, Chen et al.'s study to the B64 scorer, "
+                             "the direct methods to SoftRank, SVM^map and AdaRank.NDCG, "
+                             "DASALC to ApproxNDCG and one ablation, "
                              "on OHSUMED (or --data-dir), with cache and work in a temporary "
                              "directory that is removed at the end; then the report")
     return parser

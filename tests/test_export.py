@@ -116,7 +116,7 @@ def test_every_signature_matches_the_in_memory_model(exported, loaded):
 
 
 @needs_tensorflow
-def test_saved_model_cli_lists_the_signatures(exported):
+def test_saved_model_cli_lists_the_signatures_and_the_feature_count(exported):
     shown = _run([SAVED_MODEL_CLI, "show", "--all", "--dir", exported[2]])
     for name, argument in [
         ("serving_default", "elwc"),
@@ -126,13 +126,12 @@ def test_saved_model_cli_lists_the_signatures(exported):
         assert f"signature_def['{name}']" in shown
         assert f"inputs['{argument}']" in shown
     assert shown.count("outputs['scores']") == 3
+    score_features = shown.split("signature_def['score_features']")[1].split("signature_def[")[0]
+    assert f"shape: (-1, -1, {NUM_FEATURES})" in score_features
 
 
 @needs_tensorflow
-def test_signatures_declare_the_feature_count(exported, loaded):
-    shown = _run([SAVED_MODEL_CLI, "show", "--all", "--dir", exported[2]])
-    score_features = shown.split("signature_def['score_features']")[1].split("signature_def[")[0]
-    assert f"shape: (-1, -1, {NUM_FEATURES})" in score_features
+def test_signatures_declare_the_feature_count(loaded):
     declared = loaded.signatures["score_features"].structured_input_signature[1]["features"]
     assert declared.shape.as_list() == [None, None, NUM_FEATURES]
 

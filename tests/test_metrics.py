@@ -1,4 +1,4 @@
-"""Exact metrics against ranx (an independent implementation), streaming, edge cases, monitors."""
+"""Exact metrics against trec_eval (an independent implementation), streaming, edge cases, monitors."""
 
 import doctest
 import math
@@ -17,39 +17,66 @@ def result(metric, labels, scores, sample_weight=None):
     return float(to_numpy(metric.result()))
 
 
-def ranx_scores(labels, scores, names):
-    """Mean over queries with a relevant document, as computed by ranx."""
-    ranx = pytest.importorskip("ranx")
-    qrels, run = {}, {}
+BURGES_GAINS = {1: 1, 2: 3, 3: 7}  # G(y) = 2^y − 1, our NDCG's gains, given to trec_eval as labels
+
+
+def ideal_dcg(labels, k=None):
+    """Σ_{i<k} (2^{y_(i)} − 1) / log2(i + 2) over `labels` sorted from the highest."""
+    gains = 2.0 ** np.sort(labels)[::-1][:k] - 1.0
+    return float(np.sum(gains / np.log2(np.arange(len(gains)) + 2.0)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_exact_metrics_agree_with_trec_eval(seed):
+    """Against trec_eval (pytrec_eval, through ir-measures), an independent implementation: each
+    query's value, and the mean over the queries with a relevant document (the others are left
+    out, as ours leave them out). MRR@k, which trec_eval lacks, against ir-measures' MS MARCO
+    evaluator; DCG against trec_eval's NDCG times the ideal DCG."""
+    ir_measures = pytest.importorskip("ir_measures")
+    from ir_measures import AP, P, R, RR, Success, nDCG
+
+    rng = np.random.default_rng(seed)
+    labels, scores = random_batch(rng, batch=32, list_size=int(rng.integers(5, 40)),
+                                  max_label=3, pad_fraction=0.25, distinct=True)
+    labels[0] = np.minimum(labels[0], 0.0)  # a list without a relevant document: left out
+    ndcg = nDCG(gains=BURGES_GAINS)
+    cases = {  # name: (ours, theirs)
+        "ndcg": (metrics.NDCG(), ndcg), "ndcg@1": (metrics.NDCG(1), ndcg @ 1),
+        "ndcg@5": (metrics.NDCG(5), ndcg @ 5), "ndcg@10": (metrics.NDCG(10), ndcg @ 10),
+        "dcg@5": (metrics.DCG(5), ndcg @ 5), "dcg": (metrics.DCG(), ndcg),
+        "map": (metrics.MeanAveragePrecision(), AP), "map@5": (metrics.get("map@5"), AP @ 5),
+        "p@1": (metrics.PrecisionAtK(1), P @ 1), "p@5": (metrics.PrecisionAtK(5), P @ 5),
+        "p@10": (metrics.PrecisionAtK(10), P @ 10), "mrr": (metrics.MeanReciprocalRank(), RR),
+        "mrr@3": (metrics.get("mrr@3"), RR @ 3), "recall@5": (metrics.Recall(5), R @ 5),
+        "recall": (metrics.Recall(), R @ labels.shape[1]),
+        "hits@1": (metrics.Hits(1), Success @ 1), "hits@5": (metrics.Hits(5), Success @ 5),
+    }
+    dcg_cutoffs = {"dcg@5": 5, "dcg": None}  # DCG = trec_eval's NDCG × the ideal DCG
+    qrels, run, real_labels = {}, {}, {}
     for q, (y, s) in enumerate(zip(labels, scores)):
         valid = y >= 0
         if not np.any(y[valid] >= 1):
             continue
         docs = [f"d{i}" for i in np.flatnonzero(valid)]
-        qrels[f"q{q}"] = {d: int(l) for d, l in zip(docs, y[valid]) if l > 0}
-        run[f"q{q}"] = {d: float(v) for d, v in zip(docs, s[valid])}
-    return ranx.evaluate(ranx.Qrels(qrels), ranx.Run(run), names)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_exact_metrics_agree_with_ranx(seed):
-    rng = np.random.default_rng(seed)
-    labels, scores = random_batch(rng, batch=32, list_size=int(rng.integers(5, 40)),
-                                  max_label=3, pad_fraction=0.25, distinct=True)
-    ours = {
-        "ndcg_burges": metrics.NDCG(), "ndcg_burges@1": metrics.NDCG(1),
-        "ndcg_burges@5": metrics.NDCG(5), "ndcg_burges@10": metrics.NDCG(10),
-        "map": metrics.MeanAveragePrecision(), "precision@1": metrics.PrecisionAtK(1),
-        "precision@5": metrics.PrecisionAtK(5), "precision@10": metrics.PrecisionAtK(10),
-        "mrr": metrics.MeanReciprocalRank(), "recall@5": metrics.Recall(5),
-        "recall": metrics.Recall(), "hit_rate@1": metrics.Hits(1), "hit_rate@5": metrics.Hits(5),
-        "dcg_burges@5": metrics.DCG(5), "dcg_burges": metrics.DCG(), "map@5": metrics.get("map@5"),
-        "mrr@3": metrics.get("mrr@3"),
-    }
-    reference = ranx_scores(labels, scores, list(ours))
-    for name, metric in ours.items():
-        assert math.isclose(result(metric, labels, scores), reference[name], rel_tol=1e-6,
-                            abs_tol=1e-6), name
+        qrels[q] = {d: int(label) for d, label in zip(docs, y[valid]) if label > 0}
+        run[q] = {d: float(v) for d, v in zip(docs, s[valid])}
+        real_labels[q] = y[valid]
+    qrels, run = ({str(q): v for q, v in d.items()} for d in (qrels, run))
+    trec_eval = {m for _, m in cases.values()} - {RR @ 3}
+    theirs = {(value.measure, int(value.query_id)): value.value
+              for provider, measures in ((ir_measures.pytrec_eval, trec_eval),
+                                         (ir_measures.msmarco, [RR @ 3]))
+              for value in provider.iter_calc(measures, qrels, run)}
+    for name, (ours, measure) in cases.items():
+        expected = {q: theirs[measure, q] * (ideal_dcg(y, dcg_cutoffs[name])
+                                             if name in dcg_cutoffs else 1.0)
+                    for q, y in real_labels.items()}
+        values, counted = (to_numpy(x) for x in ours.per_list(labels, scores))
+        assert np.flatnonzero(counted).tolist() == sorted(expected), name
+        for q, value in expected.items():
+            assert math.isclose(values[q], value, rel_tol=1e-6, abs_tol=1e-6), (name, q)
+        assert math.isclose(result(ours, labels, scores), np.mean(list(expected.values())),
+                            rel_tol=1e-6, abs_tol=1e-6), name
 
 
 @pytest.mark.parametrize("topn", [None, 5])

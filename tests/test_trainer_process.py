@@ -11,8 +11,9 @@ import time
 import pytest
 import yaml
 
-from conftest import START_UP_NOTICES
+from conftest import REPO, START_UP_NOTICES
 from trainer import checkpoint, run_lock
+from trainer.__main__ import main
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
 
@@ -64,15 +65,18 @@ def _default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def signalled_run(tmp_path, epochs, signum, after_epoch):
-    """Starts a trainer on the tiny config and sends it `signum` once `after_epoch` epochs are
-    checkpointed; returns `(command, run_dir, exit status, stderr)` once it has ended (its stdout
-    is in tmp_path/stdout.txt)."""
-    config = write_config(tmp_path, epochs=epochs)
+SIGNALLED_EPOCHS = 50  # more than a signalled run ever reaches
+
+
+def signalled_run(tmp_path, signum, after_epoch, env=None):
+    """Starts (or resumes) a trainer on the tiny config in tmp_path/run and sends it `signum` once
+    `after_epoch` epochs are checkpointed; returns `(exit status, stdout, stderr)` once it has
+    ended."""
+    config = write_config(tmp_path, epochs=SIGNALLED_EPOCHS)
     run_dir = tmp_path / "run"
     command = trainer_command("--config", str(config), "--run-dir", str(run_dir))
     with open(tmp_path / "stdout.txt", "w") as out:
-        process = subprocess.Popen(command, cwd=tmp_path, env=run_env(), stdout=out,
+        process = subprocess.Popen(command, cwd=tmp_path, env=env or run_env(), stdout=out,
                                    stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     try:
         wait_for_checkpoint(process, run_dir, epoch=after_epoch)
@@ -82,30 +86,7 @@ def signalled_run(tmp_path, epochs, signum, after_epoch):
         if process.poll() is None:
             process.kill()
             process.wait()
-    return command, run_dir, process.returncode, err
-
-
-def test_a_killed_run_resumes_from_its_last_completed_epoch(tmp_path):
-    epochs = 8
-    command, run_dir, status, _ = signalled_run(tmp_path, epochs, signal.SIGKILL, after_epoch=2)
-    assert status == -signal.SIGKILL
-    at_kill = checkpoint.load(run_dir).state
-    assert 2 <= at_kill.epoch < epochs, "the kill must land mid-run"
-
-    # The rerun is also the check that the command line keeps TensorFlow's start-up quiet.
-    quiet = {key: value for key, value in run_env().items() if key != "TF_CPP_MIN_LOG_LEVEL"}
-    rerun = subprocess.run(command, cwd=tmp_path, env=quiet, capture_output=True, text=True,
-                           timeout=600)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert not [notice for notice in START_UP_NOTICES if notice in rerun.stderr], rerun.stderr[-3000:]
-    assert f"Resuming {run_dir} after epoch {at_kill.epoch}" in rerun.stdout
-    assert f"Epoch {at_kill.epoch + 1}/{epochs}" in rerun.stdout
-    assert f"Epoch {at_kill.epoch}/{epochs}" not in rerun.stdout  # nothing done twice
-
-    results = json.loads((run_dir / "results.json").read_text())
-    assert results["epochs_run"] == epochs and len(results["history"]) == epochs
-    assert results["history"][: at_kill.epoch] == at_kill.history
-    assert "| ndcg@5 |" in rerun.stdout
+    return process.returncode, (tmp_path / "stdout.txt").read_text(), err
 
 
 def stop_line(signal_name, epochs_done):
@@ -113,26 +94,43 @@ def stop_line(signal_name, epochs_done):
             "command to resume")
 
 
-def test_sigterm_and_ctrl_c_stop_after_the_step_and_a_rerun_resumes(tmp_path):
-    """A preempted cloud VM stops its processes with SIGTERM: like Ctrl-C, the step ends, the last
-    whole epoch is kept, the trainer says how to resume, and the rerun goes on from there."""
-    _, run_dir, status, err = signalled_run(tmp_path, 50, signal.SIGTERM, after_epoch=1)
-    assert status == 128 + signal.SIGTERM, err[-3000:]
-    epochs_done = checkpoint.load(run_dir).state.epoch
-    assert "Traceback" not in err and "Terminated" not in err, err[-3000:]
-    assert err.strip().splitlines()[-1] == stop_line("stopped by SIGTERM", epochs_done)
+def test_killed_terminated_and_interrupted_runs_resume_from_their_last_whole_epoch(tmp_path):
+    """A crash (SIGKILL), a preempted cloud VM (SIGTERM) and Ctrl-C (SIGINT), each stopping the
+    rerun of the run before: every rerun resumes after the last epoch checkpointed, doing none
+    twice; SIGTERM and Ctrl-C end the step, keep the last whole epoch and say how to resume."""
+    run_dir = tmp_path / "run"
+    status, _, _ = signalled_run(tmp_path, signal.SIGKILL, after_epoch=2)
+    assert status == -signal.SIGKILL
+    at_kill = checkpoint.load(run_dir).state
 
-    _, _, status, err = signalled_run(tmp_path, 50, signal.SIGINT, after_epoch=epochs_done + 1)
-    assert f"Resuming {run_dir} after epoch {epochs_done}" in (tmp_path / "stdout.txt").read_text()
+    # This rerun is also the check that the command line keeps TensorFlow's start-up quiet.
+    quiet = {key: value for key, value in run_env().items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    status, out, err = signalled_run(tmp_path, signal.SIGTERM, at_kill.epoch + 1, env=quiet)
+    assert status == 128 + signal.SIGTERM, err[-3000:]
+    assert not [notice for notice in START_UP_NOTICES if notice in err], err[-3000:]
+    assert f"Resuming {run_dir} after epoch {at_kill.epoch}" in out
+    assert f"Epoch {at_kill.epoch + 1}/{SIGNALLED_EPOCHS}" in out
+    assert f"Epoch {at_kill.epoch}/{SIGNALLED_EPOCHS}" not in out  # nothing done twice
+    at_term = checkpoint.load(run_dir).state
+    assert at_term.history[: at_kill.epoch] == at_kill.history
+    assert "Traceback" not in err and "Terminated" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == stop_line("stopped by SIGTERM", at_term.epoch)
+
+    status, out, err = signalled_run(tmp_path, signal.SIGINT, at_term.epoch + 1)
+    assert f"Resuming {run_dir} after epoch {at_term.epoch}" in out
     assert status == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
-    assert err.strip().splitlines()[-1] == stop_line("interrupted",
-                                                     checkpoint.load(run_dir).state.epoch)
+    at_int = checkpoint.load(run_dir).state
+    assert at_int.history[: at_term.epoch] == at_term.history
+    assert err.strip().splitlines()[-1] == stop_line("interrupted", at_int.epoch)
 
 
-# Holds a run directory's lock, as a trainer training in it does, until killed.
-HOLD_RUN_DIR = """
-import sys, time
+# Holds a run directory's lock, as a trainer training in it does, until killed. It loads the lock's
+# modules without tfapprox/__init__.py, which starts TensorFlow: the holder is ready at once.
+HOLD_RUN_DIR = f"""
+import sys, time, types
+sys.modules["tfapprox"] = types.ModuleType("tfapprox")
+sys.modules["tfapprox"].__path__ = [{str(REPO / "tfapprox")!r}]
 from trainer import run_files, run_lock
 run_files.claim(sys.argv[1])
 with run_lock.hold(sys.argv[1]):
@@ -141,25 +139,25 @@ with run_lock.hold(sys.argv[1]):
 """
 
 
-def test_a_second_trainer_on_a_run_dir_in_use_is_refused(tmp_path):
+def test_a_second_trainer_on_a_run_dir_in_use_is_refused(tmp_path, capsys):
     run_dir = tmp_path / "run"
     holder = subprocess.Popen([sys.executable, "-c", HOLD_RUN_DIR, str(run_dir)], cwd=tmp_path,
                               env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "holding\n", holder.stderr.read()
-        second = subprocess.run(
-            trainer_command("--config", str(write_config(tmp_path, epochs=1)), "--run-dir", str(run_dir)),
-            cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=300)
+        status = main(["train", "--config", str(write_config(tmp_path, epochs=1)),
+                       "--run-dir", str(run_dir)])
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=60)
     finally:
         if holder.poll() is None:
             holder.kill()
             holder.wait()
-    assert second.returncode == 1
-    message = second.stderr.strip().splitlines()[-1]
-    assert message.startswith("python -m trainer train: error: "), second.stderr[-3000:]
-    assert "Traceback" not in second.stderr
+    err = capsys.readouterr().err
+    assert status == 1
+    message = err.strip().splitlines()[-1]
+    assert message.startswith("python -m trainer train: error: "), err[-3000:]
+    assert "Traceback" not in err
     assert str(run_dir) in message and "in use by another trainer" in message
     assert f"pid {holder.pid} on host {socket.gethostname()}" in message
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock", ".tfapprox-run"]  # nothing trained
@@ -179,17 +177,21 @@ def free_ports(count):
     return ports
 
 
-# Runs the trainer in one process on two replicas: MirroredStrategy over two logical CPU devices.
-TWO_LOCAL_REPLICAS = """
+# Trains in one process the run of two replicas (MirroredStrategy over two logical CPU devices) in
+# RUN_DIR/two_replicas, then the run of one in RUN_DIR/one_replica: `-c SCRIPT RUN_DIR train FLAGS`.
+ONE_AND_TWO_LOCAL_REPLICAS = """
 import sys
+import keras
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from trainer import distribute, train
 from trainer.__main__ import _resolve, parse_args
-config = _resolve(parse_args(sys.argv[1:]))
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-train.train(config, dist=distribute.Distribution(strategy, "mirrored", True, 0, 1))
+mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+for name, dist in (("two_replicas", distribute.Distribution(mirrored, "mirrored", True, 0, 1)),
+                   ("one_replica", distribute.make("default"))):
+    keras.backend.clear_session()
+    train.train(_resolve(parse_args([*sys.argv[2:], "--run-dir", f"{sys.argv[1]}/{name}"])), dist=dist)
 """
 
 
@@ -235,11 +237,9 @@ def test_two_workers_match_one_worker(tmp_path):
             trainer_command(*common, "--run-dir", str(tmp_path / "two_workers"),
                             "--strategy", "multi_worker"),
             run_env(TF_CONFIG=json.dumps(tf_config)))
-    commands["one_replica"] = (trainer_command(*common, "--run-dir", str(tmp_path / "one_replica")),
-                               run_env())
-    commands["two_replicas"] = (
-        [sys.executable, "-c", TWO_LOCAL_REPLICAS, "train", *common, "--run-dir",
-         str(tmp_path / "two_replicas")], run_env())
+    commands["one_and_two_replicas"] = (
+        [sys.executable, "-c", ONE_AND_TWO_LOCAL_REPLICAS, str(tmp_path), "train", *common],
+        run_env())
     # The two workers run first and alone: on a loaded 2-core machine a worker starved of CPU can
     # miss the strategy's health checks, which then abort the collectives.
     outputs = run_together({name: commands.pop(name) for name in ("worker0", "worker1")}, tmp_path)

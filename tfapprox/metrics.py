@@ -270,7 +270,7 @@ class Recall(CutoffMetric):
 @keras.saving.register_keras_serializable(package="tfapprox")
 class Hits(CutoffMetric):
     """Hits@k = max_x r(x)·1{π(x) ≤ k}: 1 when some relevant document is in the top k, else 0
-    (TF-Ranking's HitsMetric; trec_eval's success@k, ranx's hit_rate@k).
+    (TF-Ranking's HitsMetric; trec_eval's success@k).
 
     >>> float(Hits(topn=1)([[0.0, 1.0], [1.0, 0.0]], [[0.9, 0.8], [0.9, 0.8]]))
     0.5

@@ -1,6 +1,8 @@
 """Every registered loss, metric and layer trains through `model.fit` on batches whose list
 dimension is `None` and changes from batch to batch — the shape whole LETOR lists have in the
-trainer — eagerly, as a graph function, under XLA (TensorFlow) or jit (JAX)."""
+trainer — as a graph function and under XLA (TensorFlow), or jit (JAX). Eager execution has no
+`None` list dimension (every eager tensor has its size), and each loss runs op by op eagerly in
+tests/test_losses.py, so no eager fit here but the list weights' eager refusal."""
 
 import keras
 import numpy as np
@@ -87,21 +89,34 @@ def untrained_scorer():
     return scorer
 
 
+# Compiled: the trainer's default (a graph function), and XLA, Keras' default on TensorFlow.
+FIT_MODES = [mode for mode in COMPILE_MODES if mode != "eager"]
 # Compiled by XLA (what the trainer runs), a model also shows, on the batches it has compiled for,
 # behaviour every loss shares (checked op by op in every mode in test_losses.py): lists whose labels
 # are all equal give loss 0 and no gradient, and a NaN score stops training.
 XLA_MODES = [mode for mode in COMPILE_MODES if mode in ("xla", "jit")]
 
 
+# Every registered metric updates in the fit of this loss (a fit of its own would compile the
+# loss a second time).
+METRICS_WITH = losses.ApproxNDCGLoss
+
+
 # conftest.SKELETON_VARIANTS train under XLA only (the trainer's mode; jit on JAX).
-@pytest.mark.parametrize("loss, mode", registered_losses_in_modes(COMPILE_MODES, XLA_MODES))
+@pytest.mark.parametrize("loss, mode", registered_losses_in_modes(FIT_MODES, XLA_MODES))
 def test_every_loss_trains_on_variable_length_lists(loss, mode):
-    model, history = fit(loss, mode)
+    metric_list = registered(keras.metrics.Metric) if type(loss) is METRICS_WITH else []
+    model, history = fit(loss, mode, metric_list)
     assert len(history["loss"]) == 1 and np.all(np.isfinite(history["loss"]))
     assert all(np.all(np.isfinite(w)) for w in model.get_weights())
     assert not np.allclose(to_numpy(model.hidden_dense[0].kernel),
                            to_numpy(untrained_scorer().hidden_dense[0].kernel)), (
         "no gradient reached the scorer")
+    unbounded = (metrics.DCG, metrics.AlphaDCG, metrics.ARP)  # sums of gains; a mean position
+    for metric in metric_list:
+        values = history[metric.name]
+        upper = np.inf if isinstance(metric, unbounded) else 1.0
+        assert np.all(np.isfinite(values)) and 0.0 < values[-1] <= upper, (metric.name, values)
     if mode not in XLA_MODES:
         return
 
@@ -163,17 +178,6 @@ def test_list_weights_must_be_one_per_list_and_not_negative(mode):
         return
     _, history = fit(losses.ApproxNDCGLoss(), mode, [metrics.NDCG()], dataset(negative, (None,)))
     assert np.isnan(history["loss"][0]) and np.isnan(history["ndcg"][0])
-
-
-@pytest.mark.parametrize("mode", COMPILE_MODES)
-def test_every_metric_updates_on_variable_length_lists(mode):
-    metric_list = registered(keras.metrics.Metric)
-    _, history = fit(losses.ApproxNDCGLoss(), mode, metric_list)
-    unbounded = (metrics.DCG, metrics.AlphaDCG, metrics.ARP)  # sums of gains; a mean position
-    for metric in metric_list:
-        values = history[metric.name]
-        upper = np.inf if isinstance(metric, unbounded) else 1.0
-        assert np.all(np.isfinite(values)) and 0.0 < values[-1] <= upper, (metric.name, values)
 
 
 @pytest.mark.backend_neutral

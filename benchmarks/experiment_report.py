@@ -509,7 +509,9 @@ def _losses(rows, gbdts, data, folds):
     lines = ["### Every loss of `tfapprox.losses` (issue 29)\n",
              f"`python -m benchmarks.experiments run --study losses {data.flags()}`. Each loss "
              "with its defaults on the B64 scorer, by its `tfapprox.losses.LOSSES` key "
-             "(TF-Ranking's key where the loss is TF-Ranking's). Seconds per fold: wall time of "
+             "(TF-Ranking's key where the loss is TF-Ranking's), all with the same optimiser, "
+             "learning rate and batch (the set's trainer preset, whose own loss is ApproxNDCG "
+             "α = 10): no loss is tuned for itself. Seconds per fold: wall time of "
              "a fold's run, training and scoring, mean over folds and seeds (on a shared machine: "
              "compare them only roughly). Paired tests use the seeds both rows have; the GBDT "
              "reference is the GBDT table's"

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC, read_cached
-from benchmarks.experiment_studies import YILMAZ_MEASURES, runs_of
+from benchmarks.experiment_studies import (LOSS_STUDY_REFERENCE, SEED_CHALLENGERS, SEED_LOSSES,
+                                           YILMAZ_MEASURES, runs_of)
 
 PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
     "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),
@@ -159,6 +160,8 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
         if {"gbdt", "dasalc", "dasalc_ablation"} & shown.keys():
             parts.append(_gbdt_and_dasalc(rows["gbdt"], rows["dasalc"] + rows["dasalc_ablation"],
                                           data, folds))
+        if "losses" in shown:
+            parts.append(_losses(rows["losses"], rows["gbdt"], data, folds))
         if "precision" in shown:
             parts.append(_precision(rows["precision"], data, folds))
         convention = [r for name in ("chen", "lightgbm") for r in shown.get(name, [])]
@@ -379,27 +382,22 @@ def _lightgbm(rows, data, folds):
 def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
     """The GBDT references, DASALC and its ablation, each against the reference: the GBDT with
     the best validation NDCG@10 on this set."""
-    def costed(rows):
-        names = [f"{r.setting.label()}, {_fmt_seconds(r.seconds_per_fold(folds))} s/fold"
-                 for r in rows]
-        return table(rows, folds, ("ndcg@1", "ndcg@5", "ndcg@10", "map"), names=names)
-
     lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
              f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_ablation "
              f"{data.flags()}`. Seconds per "
              "fold: wall time of every grid point of a fold on one thread, training and scoring, "
              "mean over folds and seeds (as the runs measured it: on a shared machine, compare "
-             "them only roughly). Paired tests use the seeds both rows have.\n", costed(gbdts), ""]
-    run = [r for r in gbdts if r.cell(folds, "ndcg@10") is not None]
-    if not run:
+             "them only roughly). Paired tests use the seeds both rows have.\n",
+             _costed(gbdts, folds), ""]
+    reference = _gbdt_reference(gbdts, folds)
+    if reference is None:
         return "\n".join(lines) + "\n"
-    reference = max(run, key=lambda r: r.validation_mean(folds))
     lines += [f"Reference (best GBDT by validation {SELECT_METRIC}): "
               f"**{reference.setting.label()}**.\n",
               "DASALC (`--preset dasalc`) with each loss, then with ApproxNDCG each piece taken "
               "away (`[input_transform=none]`: no log1p; `[noise_stddev=0.0]`: no input noise; "
               "`[attention_layers=0]`: no self-attention), then the B256 tower alone:\n",
-              costed(dasalc), "",
+              _costed(dasalc, folds), "",
               "| setting | validation ndcg@10 | − reference: ndcg@5 | ndcg@10 | map |",
               "|---|---|---|---|---|"]
     ran = [row for row in dasalc if row.cell(folds, "ndcg@10") is not None]
@@ -409,13 +407,45 @@ def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
                                   for m in ("ndcg@5", "ndcg@10", "map")) + " |")
     if ran:
         best = max(ran, key=lambda r: r.validation_mean(folds))
-        diff, p, queries = paired(best, reference, folds, "ndcg@10")
-        verdict = ("level with it within noise" if p >= 0.05 else
-                   "significantly ahead of it" if diff > 0 else "significantly behind it")
-        lines += ["", f"Chosen on validation among these: {best.setting.label()}; test NDCG@10 "
-                      f"{diff:+.4f} against the reference (p = {p:.3f}, {queries} queries): "
-                      f"**{verdict}**."]
+        lines += ["", _chosen_against(ran, reference, folds)]
     return "\n".join(lines) + "\n"
+
+
+def _costed(rows, folds, names=None):
+    """The table of `rows` in NDCG@1/5/10 and MAP, each named (`names`, else its label) with its
+    seconds per fold."""
+    names = names or [r.setting.label() for r in rows]
+    return table(rows, folds, ("ndcg@1", "ndcg@5", "ndcg@10", "map"),
+                 names=[f"{name}, {_fmt_seconds(r.seconds_per_fold(folds))} s/fold"
+                        for name, r in zip(names, rows)])
+
+
+def _gbdt_reference(gbdts, folds):
+    """Returns the GBDT row with the best validation NDCG@10 among those run; None if none ran."""
+    run = [r for r in gbdts if r.cell(folds, "ndcg@10") is not None]
+    return max(run, key=lambda r: r.validation_mean(folds)) if run else None
+
+
+SIGNIFICANT = 0.05  # the p-value under which a paired difference is called significant
+
+
+def _standing(diff, p):
+    """Returns "ahead", "behind" (significantly) or "level" (within noise) for a paired test."""
+    return "level" if p >= SIGNIFICANT else "ahead" if diff > 0 else "behind"
+
+
+VERDICTS = {"ahead": "significantly ahead of it", "behind": "significantly behind it",
+            "level": "level with it within noise"}
+
+
+def _chosen_against(rows, reference, folds):
+    """Says which of `rows` (all run) validation NDCG@10 chooses, and how it fares against
+    `reference` in test NDCG@10."""
+    best = max(rows, key=lambda r: r.validation_mean(folds))
+    diff, p, queries = paired(best, reference, folds, "ndcg@10")
+    return (f"Chosen on validation among these: {best.setting.label()}; test NDCG@10 "
+            f"{diff:+.4f} against the reference (p = {p:.3f}, {queries} queries): "
+            f"**{VERDICTS[_standing(diff, p)]}**.")
 
 
 def _fmt_seconds(seconds):
@@ -459,3 +489,87 @@ def _tightness(row, data, folds, out):
             f"trainer's history. Approx − exact at the last epoch, over {len(runs)} runs: "
             f"{np.mean(gaps):+.4f} ± {np.std(gaps):.4f}.\n\n"
             f"![{data.name} tightness](results/{path.name})\n")
+
+
+def _losses(rows, gbdts, data, folds):
+    """Every loss of the `losses` study, with its cost, paired tests against the study's
+    ApproxNDCG α = 10 row and the GBDT reference, and a summary of who wins where."""
+    from tfapprox.losses import LOSSES, RANKING_LOSS_KEYS
+
+    aliases = {name: key for key, loss in RANKING_LOSS_KEYS.items()
+               for name, ours in LOSSES.items() if ours is loss}
+    by_loss = {r.setting.loss: r for r in rows}
+    approx, gbdt = by_loss[LOSS_STUDY_REFERENCE], _gbdt_reference(gbdts, folds)
+    against = {"− ApproxNDCG α = 10": approx}
+    if gbdt is not None:
+        against["− GBDT reference"] = gbdt
+    metrics = ("ndcg@10", "map")
+    names = [r.setting.label() + (f" = TF-Ranking's {aliases[r.setting.loss]}"
+                                  if r.setting.loss in aliases else "") for r in rows]
+    lines = ["### Every loss of `tfapprox.losses` (issue 29)\n",
+             f"`python -m benchmarks.experiments run --study losses {data.flags()}`. Each loss "
+             "with its defaults on the B64 scorer, by its `tfapprox.losses.LOSSES` key "
+             "(TF-Ranking's key where the loss is TF-Ranking's), all with the same optimiser, "
+             "learning rate and batch (the trainer's preset named like the set, else its defaults; "
+             "their own loss is ApproxNDCG): no loss is tuned for itself. Seconds per fold: wall time of "
+             "a fold's run, training and scoring, mean over folds and seeds (on a shared machine: "
+             "compare them only roughly). Paired tests use the seeds both rows have; the GBDT "
+             "reference is the GBDT table's"
+             + (f": {gbdt.setting.label()}" if gbdt else " (not run)") + ". The LambdaLoss "
+             "framework is here as lambdarank (the pairwise logistic loss with NDCGLambdaWeight); "
+             "its other weights (NDCG-Loss2++, …) are not: a `lambda_weight` is a Keras config "
+             "mapping, which the runner's scalar loss parameters cannot carry.\n",
+             _costed(rows, folds, names), "",
+             "| loss | " + " | ".join(f"{name}: {m}" for name in against for m in metrics) + " |",
+             "|---" * (1 + len(against) * len(metrics)) + "|"]
+    ran = [r for r in rows if r.cell(folds, "ndcg@10") is not None]
+    lines += [f"| {r.setting.loss} | " + " | ".join(
+        _fmt_test(paired(r, other, folds, m) if r is not other else None)
+        for other in against.values() for m in metrics) + " |" for r in ran]
+    if ran and gbdt is not None:
+        lines += ["", _chosen_against(ran, gbdt, folds)]
+    lines += ["", _losses_summary(rows, approx, gbdt, data, folds)]
+    return "\n".join(lines) + "\n"
+
+
+def _losses_summary(rows, approx, gbdt, data, folds):
+    """Says, in test NDCG@10, which losses are significantly ahead of and behind ApproxNDCG and
+    the GBDT reference, and which seed losses are behind softmax_loss or lambdarank."""
+    ran = [r for r in rows if r.cell(folds, "ndcg@10") is not None]
+    if not ran:
+        return f"No loss of this study has run on {data.name}."
+    seeds = sorted({len(r.complete_seeds(folds)) for r in ran})
+    sentences = [f"**Summary, {data.name}** (test NDCG@10; significant: p < {SIGNIFICANT} in the "
+                 "paired t-test over queries; rows have "
+                 + " or ".join(f"{n} seed{'s' * (n > 1)}" for n in seeds) + " each"
+                 + (", so a test of a one-seed row measures the spread over queries of that "
+                    "seed, not over seeds" if seeds[0] == 1 else "") + ")."]
+
+    def standing(row_set, other):
+        groups = {"ahead": [], "behind": [], "level": []}
+        for row in row_set:
+            test = None if row is other else paired(row, other, folds, "ndcg@10")
+            if test is not None:
+                groups[_standing(*test[:2])].append(f"{row.setting.loss} ({test[0]:+.4f})")
+        return groups
+
+    for name, other in (("ApproxNDCG α = 10", approx),
+                        (f"the GBDT reference ({gbdt.setting.label()})" if gbdt else None, gbdt)):
+        if other is None or other.cell(folds, "ndcg@10") is None:
+            continue
+        groups = standing(ran, other)
+        sentences.append(f"Against {name}: significantly ahead: "
+                         f"{', '.join(groups['ahead']) or 'none'}; significantly behind: "
+                         f"{', '.join(groups['behind']) or 'none'}; "
+                         f"{len(groups['level'])} level within noise.")
+    by_loss = {r.setting.loss: r for r in ran}
+    seed_rows = [by_loss[loss] for loss in SEED_LOSSES if loss in by_loss]
+    for challenger in SEED_CHALLENGERS:
+        if challenger in by_loss:
+            behind = standing(seed_rows, by_loss[challenger])["behind"]
+            sentences.append(f"Seed losses significantly behind {challenger}: "
+                             f"{', '.join(behind) or 'none'}.")
+    missing = [r.setting.loss for r in rows if r not in ran]
+    if missing:
+        sentences.append(f"Not run (all folds) yet: {', '.join(missing)}.")
+    return " ".join(sentences)

@@ -56,6 +56,21 @@ DASALC_LOSSES = (("approx_ndcg", (("alpha", 10.0),)), ("approx_ap", (("alpha", 1
                  ("softmax_loss", ()))
 DASALC_ABLATION = ((("input_transform", "none"),), (("noise_stddev", 0.0),),
                    (("attention_layers", 0),))
+# The `losses` study: every loss of `tfapprox.losses.LOSSES`, by its key there (TF-Ranking's
+# RankingLossKey where the class is TF-Ranking's; TF-Ranking's approx_ndcg_loss and list_mle_loss
+# are `get`'s aliases of approx_ndcg and listmle), on B64 with its defaults. The parameters below
+# restate defaults so that the runs are those other studies cached (bruch_alpha's α = 10, qin's
+# α = β = 10 point); Approx P@k has no default k. The reference is ApproxNDCG α = 10.
+LOSS_STUDY_PARAMS = {"approx_ndcg": (("alpha", 10.0),),
+                     "approx_ap": (("alpha", 10.0), ("beta", 10.0)),
+                     "approx_precision": (("alpha", 10.0), ("beta", 10.0), ("k", 10)),
+                     "gumbel_approx_precision": (("k", 10),)}
+LOSS_STUDY_REFERENCE = "approx_ndcg"
+# tfapprox's losses before TF-Ranking's (issue 29), each compared with softmax_loss and with
+# lambdarank (the LambdaLoss framework's NDCGLambdaWeight on the pairwise logistic loss).
+SEED_LOSSES = ("approx_ndcg", "approx_ap", "approx_precision", "ranknet", "weighted_ranknet",
+               "listmle", "weighted_listmle", "lambdarank", "softrank", "svm_map", "permurank")
+SEED_CHALLENGERS = ("softmax_loss", "lambdarank")
 
 
 def studies(smoke: bool = False) -> dict[str, list[Setting]]:
@@ -64,9 +79,12 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     `smoke` keeps what shows every table and plot working, at the least training: each grid cut
     to its first value per axis, each swept study to two points, Chen et al.'s study to the B64
     scorer (the direct methods' reference), the direct methods to the two the report quotes
-    published figures for (SoftRank, SVM^map) and AdaRank.NDCG, and DASALC to ApproxNDCG with
-    the first piece of its ablation.
+    published figures for (SoftRank, SVM^map) and AdaRank.NDCG, DASALC to ApproxNDCG with
+    the first piece of its ablation, and the study of every loss to the reference (the α = 10
+    run bruch_alpha makes) and softmax_loss.
     """
+    from tfapprox.losses import LOSSES
+
     qin = [Setting("B64", "approx_ap", grid=ALPHA_BETA),
            Setting("B64", "approx_ndcg", grid=ALPHA_BETA[:1]),
            Setting("B64", "approx_precision", (("k", 10),), ALPHA_BETA)]
@@ -87,6 +105,8 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
                                                      "permurank")]
                   + [Setting("adarank", measure) for measure in ("ndcg", "map")],
     }
+    found["losses"] = [Setting("B64", loss, LOSS_STUDY_PARAMS.get(loss, ()))
+                       for loss in ((LOSS_STUDY_REFERENCE, "softmax_loss") if smoke else LOSSES)]
     ndcg, ndcg_params = DASALC_LOSSES[0]
     found["gbdt"] = list(GBDT_SETTINGS)
     found["dasalc"] = [Setting("dasalc", loss, params) for loss, params in DASALC_LOSSES]

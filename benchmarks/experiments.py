@@ -41,6 +41,8 @@ Studies (`--study`, any subset; the report has the sections of those given):
                without the self-attention, and the B256 tower with none of them
   direct       the other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, PermuRank (B64)
                and AdaRank.NDCG / AdaRank.MAP (linear, boosted single features)
+  losses       every loss of tfapprox.losses (TF-Ranking's under TF-Ranking's keys) with its
+               defaults on B64, against ApproxNDCG α = 10 and the GBDT reference
 
 Every finished run is cached as JSON under --cache (default benchmarks/results/, committed, for the
 shared sets; runs/reports/NAME/cache/ for yours): a rerun skips it, so a killed run resumes where it

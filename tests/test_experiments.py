@@ -221,3 +221,23 @@ def test_a_changed_recipe_never_reads_the_old_recipes_results(monkeypatch):
     monkeypatch.setitem(models.RECIPES, "DASALC", {**models.RECIPES["DASALC"], "noise_stddev": 9.0})
     after = paths()
     assert after[0] != before[0] and after[1] == before[1]  # the B-net's key is its own
+
+
+def test_the_losses_study_has_every_registered_loss_and_get_builds_each():
+    from tfapprox import losses
+
+    settings = studies()["losses"]
+    assert [s.loss for s in settings] == list(losses.LOSSES)
+    assert {s.model for s in settings} == {"B64"}
+    for setting in settings:
+        built = losses.get(setting.loss, **dict(setting.params))
+        assert type(built) is losses.LOSSES[setting.loss]
+
+
+def test_the_losses_smoke_adds_one_run_to_the_others():
+    def run_set(names):
+        return {run for name, settings in studies(smoke=True).items() if name in names
+                for setting in settings for run in runs_of(setting, "OHSUMED", [1], [0], 1)}
+
+    others = set(studies()) - {"losses"}
+    assert len(run_set({"losses"}) - run_set(others)) == 1

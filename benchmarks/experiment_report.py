@@ -406,7 +406,6 @@ def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
                      + " | ".join(_fmt_test(paired(row, reference, folds, m))
                                   for m in ("ndcg@5", "ndcg@10", "map")) + " |")
     if ran:
-        best = max(ran, key=lambda r: r.validation_mean(folds))
         lines += ["", _chosen_against(ran, reference, folds)]
     return "\n".join(lines) + "\n"
 

@@ -22,13 +22,13 @@ pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not sl
 MULTI_WORKER_TOLERANCE = 0.05  # absolute, on validation and test NDCG@5 and MAP (40 queries each)
 
 
-def write_config(tmp_path, num_queries=40, batch_size=8, **train):
+def write_config(tmp_path, num_queries=40, batch_size=8, metrics=(), **train):
     values = {
         "data": {"synthetic": {"num_queries": num_queries, "docs_per_query": 10, "num_features": 8},
                  "cache_dir": str(tmp_path / "cache")},
         "model": {"preset": "linear"},  # batch-normalised features: replicas' statistics differ
         "optimizer": {"name": "adam", "learning_rate": 0.01},
-        "train": {"batch_size": batch_size, "patience": 0, **train},
+        "train": {"batch_size": batch_size, "patience": 0, "metrics": list(metrics), **train},
         "export": {"enabled": False},
     }
     path = tmp_path / "tiny.yaml"
@@ -227,7 +227,7 @@ def test_two_workers_match_one_worker(tmp_path):
     batch-norm statistics, computed per replica over half a batch: equal within
     MULTI_WORKER_TOLERANCE.
     """
-    config = write_config(tmp_path, num_queries=200, epochs=2, batch_size=24)
+    config = write_config(tmp_path, num_queries=200, epochs=2, batch_size=24, metrics=["map"])
     common = ["--config", str(config)]
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     commands = {}

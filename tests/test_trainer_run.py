@@ -161,7 +161,34 @@ def test_a_damaged_checkpoint_is_a_one_line_error(trained, tmp_path, capsys, dam
     assert err.endswith("; delete it or pass --fresh to start over\n") and err.count("\n") == 1
 
 
-def test_evaluate_and_export_commands(trained, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """`python -m trainer export` of the trained run, as version 7 bound to 12 documents, into a
+    model directory that holds four exports' staging directories: `(model directory, {whose:
+    staging directory})`."""
+    config, _, _ = trained
+    export_dir = tmp_path_factory.mktemp("exported")
+    model_dir = export_dir / "tfapprox_demo"
+    host = socket.gethostname()
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+    staging = {
+        "killed": model_dir / f".tmp-1-{host}-{int(finished.stdout)}-{'0' * 32}",
+        "running": model_dir / f".tmp-1-{host}-{os.getpid()}-{'1' * 32}",  # a live export's
+        "elsewhere": model_dir / f".tmp-1-{host}x-1-{'2' * 32}",  # another host's, recent
+        "old": model_dir / f".tmp-1-{'3' * 32}",  # two days old, its writer not named
+    }
+    for path in staging.values():
+        path.mkdir(parents=True)
+        (path / "saved_model.pb").write_bytes(b"half written")
+    two_days_ago = time.time() - 2 * 24 * 3600
+    os.utime(staging["old"], (two_days_ago, two_days_ago))
+    assert main(["export", "--run-dir", config.train.run_dir, "--export-dir", str(export_dir),
+                 "--version", "7", "--max-documents", "12"]) == 0
+    return model_dir, staging
+
+
+def test_evaluate_and_export_commands(trained, exported, capsys):
     config, results, _ = trained
     run_dir = config.train.run_dir
     assert main(["evaluate", "--run-dir", run_dir]) == 0
@@ -170,32 +197,17 @@ def test_evaluate_and_export_commands(trained, tmp_path, capsys):
         assert evaluation[split] == pytest.approx(results[split], abs=1e-6)
     assert "| ndcg@5 |" in capsys.readouterr().out
 
-    assert main(["export", "--run-dir", run_dir, "--export-dir", str(tmp_path), "--version", "7",
-                 "--max-documents", "12"]) == 0
-    score = tf.saved_model.load(str(tmp_path / "tfapprox_demo" / "7")).signatures["score_features"]
+    model_dir, _ = exported
+    score = tf.saved_model.load(str(model_dir / "7")).signatures["score_features"]
     assert score(features=tf.zeros([1, 12, TINY_DATA["num_features"]]))["scores"].shape == (1, 12)
     with pytest.raises(tf.errors.InvalidArgumentError, match="at most 12 documents"):
         score(features=tf.zeros([2, 7, TINY_DATA["num_features"]]))
 
 
-def test_export_removes_what_killed_exports_left(trained, tmp_path):
-    config, _, _ = trained
-    model_dir = tmp_path / "tfapprox_demo"
-    host = socket.gethostname()
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                              capture_output=True, text=True, check=True)
-    killed = model_dir / f".tmp-1-{host}-{int(finished.stdout)}-{'0' * 32}"
-    running = model_dir / f".tmp-1-{host}-{os.getpid()}-{'1' * 32}"  # a live export's
-    elsewhere = model_dir / f".tmp-1-{host}x-1-{'2' * 32}"  # another host's, recent
-    old = model_dir / f".tmp-1-{'3' * 32}"  # two days old, its writer not named
-    for staging in (killed, running, elsewhere, old):
-        staging.mkdir(parents=True)
-        (staging / "saved_model.pb").write_bytes(b"half written")
-    two_days_ago = time.time() - 2 * 24 * 3600
-    os.utime(old, (two_days_ago, two_days_ago))
-
-    assert main(["export", "--run-dir", config.train.run_dir, "--export-dir", str(tmp_path)]) == 0
-    assert sorted(p.name for p in model_dir.iterdir()) == sorted(["1", running.name, elsewhere.name])
+def test_export_removes_what_killed_exports_left(exported):
+    model_dir, staging = exported
+    assert sorted(p.name for p in model_dir.iterdir()) == sorted(
+        ["7", staging["running"].name, staging["elsewhere"].name])
 
 
 def test_evaluate_needs_a_trained_run(tmp_path):
@@ -302,7 +314,7 @@ def test_mirrored_strategy_is_refused_on_one_device(tmp_path, cache_dir, capsys)
 def test_mixed_precision_and_jit(tmp_path, cache_dir):
     config = tiny_config(tmp_path, cache_dir, **{
         "runtime.mixed_precision": True, "runtime.jit": True, "data.list_size": 12,
-        "train.epochs": 1, "export.enabled": False})
+        "train.epochs": 1, "train.metrics": [], "export.enabled": False})
     results = train.train(config)
     expected = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
     assert results["precision_policy"] == expected
@@ -361,8 +373,8 @@ def test_bucketed_training_equals_padding_each_batch_to_its_longest(tmp_path, ca
     results = {}
     for name, sizes in (("bucketed", [12, 40]), ("unbucketed", None)):
         config = tiny_config(tmp_path / name, cache_dir, **{
-            "train.batch_size": 32, "train.epochs": 1, "data.bucket_sizes": sizes,
-            "data.buckets": 0, "export.enabled": False})
+            "train.batch_size": 32, "train.epochs": 1, "train.metrics": [],
+            "data.bucket_sizes": sizes, "data.buckets": 0, "export.enabled": False})
         results[name] = train.train(config)
     for bucketed, unbucketed in zip(results["bucketed"]["history"],
                                     results["unbucketed"]["history"], strict=True):
@@ -377,7 +389,8 @@ def test_jit_compiles_once_per_bucket_through_the_command_line(tmp_path):
     values = config_lib.load_dict("demo")
     config_lib.apply_overrides(values, {
         "data.synthetic": VARIED_LENGTHS, "data.cache_dir": str(tmp_path / "cache"),
-        "model.preset": "linear", "train.batch_size": 8, "train.epochs": 2, "export.enabled": False})
+        "model.preset": "linear", "train.metrics": [], "train.batch_size": 8, "train.epochs": 2,
+        "export.enabled": False})
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(values))
     dump = tmp_path / "xla"
     done = subprocess.run(

@@ -32,7 +32,7 @@ def fold_config(tmp_path, fold_dir, run_dir=None, **overrides):
     config_lib.apply_overrides(values, {
         "data.dir": str(fold_dir), "data.cache_dir": str(tmp_path / "cache"),
         "model.preset": "linear", "optimizer.name": "adam", "optimizer.learning_rate": 0.01,
-        "train.batch_size": 8, "train.epochs": 1, "train.patience": 0,
+        "train.batch_size": 8, "train.epochs": 1, "train.patience": 0, "train.metrics": [],
         "train.run_dir": str(run_dir or tmp_path / "run"), "export.enabled": False, **overrides,
     })
     return config_lib.Config.from_dict(values)

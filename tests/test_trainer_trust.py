@@ -57,8 +57,8 @@ def trained(tmp_path_factory, shared_fold):
 
 
 def copy_of(trained, run_dir):
-    """Copies the trained run to `run_dir` (data fingerprints and settings but the directory
-    unchanged, so a run there resumes from it); returns `run_dir`."""
+    """Copies the trained run to `run_dir` and returns it: a run there resumes from the copy, whose
+    checkpoint names its data by file name, size and time, not by path."""
     shutil.copytree(trained[0], run_dir)
     return run_dir
 

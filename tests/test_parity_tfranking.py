@@ -38,7 +38,6 @@ break ties at random, ours by list order). What each comparison normalises, and 
   `"zero"` mean is compared only on batches whose lists all have ≥ k real documents.
 """
 
-import hashlib
 import json
 import math
 import os
@@ -47,7 +46,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from build_cache import CACHE_DIR, built_once
+from build_cache import CACHE_DIR, built_once, digest, venv_identity
 from conftest import REPO, loss_and_grad, side_venv_environment, side_venv_python, to_numpy
 from tfapprox import losses, measures, metrics
 from tfapprox import ops as rank_ops
@@ -129,25 +128,12 @@ def reference(batches, tmp_path_factory):
             pytest.fail(f"{REFERENCE_SCRIPT.name} failed under {python}:\n{run.stderr[-4000:]}",
                         pytrace=False)
 
-    path = os.path.join(CACHE_DIR, "tfranking-reference", f"{_reference_key(python, batches)}.npz")
+    key = digest(REFERENCE_SCRIPT.read_bytes(), venv_identity(python), batches)
+    path = os.path.join(CACHE_DIR, "tfranking-reference", f"{key}.npz")
     with np.load(built_once(path, compute)) as values:
         found = dict(values)
     assert list(found["versions"]) == ["2.15.1", "0.5.5"], found["versions"]
     return found
-
-
-def _reference_key(python, batches):
-    """Returns a digest of what TF-Ranking's values depend on: the reference script, the batches,
-    and the side venv (its interpreter's path and the time its pyvenv.cfg was written)."""
-    venv = os.path.join(os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")
-    made = os.stat(venv).st_mtime_ns if os.path.exists(venv) else None
-    digest = hashlib.sha256(REFERENCE_SCRIPT.read_bytes())
-    digest.update(repr((python, made)).encode())
-    for name in sorted(batches):
-        value = np.asarray(batches[name])
-        digest.update(repr((name, value.dtype.str, value.shape)).encode())
-        digest.update(value.tobytes())
-    return digest.hexdigest()[:16]
 
 
 def each_batch(batches):

@@ -10,7 +10,11 @@ from benchmarks.experiment_runs import GBDTS, Run, recipe_arguments, scorer_labe
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """A configuration of a study: a model, a loss, fixed parameters, and a grid chosen on vali."""
+    """A configuration of a study: a model, a loss, fixed parameters, and a grid chosen on vali.
+
+    A grid axis named `model.<option>` varies a scorer option (the trainer's `model.<option>`, as
+    `scorer` fixes one); any other axis varies a loss parameter.
+    """
 
     model: str
     loss: str
@@ -20,22 +24,40 @@ class Setting:
     scorer: tuple = ()  # the scorer's options, ((name, value), ...): model.<name> in the trainer
 
     def label(self) -> str:
+        def axes(scorer_axes: bool) -> list[str]:
+            return [f"{k.removeprefix(SCORER_AXIS)}∈{{{', '.join(map(str, v))}}}"
+                    for k, v in self.grid if k.startswith(SCORER_AXIS) == scorer_axes]
+
         fixed = ", ".join(f"{k}={v}" for k, v in self.params)
-        grid = ", ".join(f"{k}∈{{{', '.join(map(str, v))}}}" for k, v in self.grid)
+        loss = ", ".join([fixed] * bool(fixed) + axes(False))
+        scorer = scorer_label(self.scorer).strip("[]")
+        scorer = ", ".join([scorer] * bool(scorer) + axes(True))
         mixed = "" if self.precision == "float32" else f" {self.precision}"
-        return (f"{self.model}{scorer_label(self.scorer)} "
-                f"{self.loss}({', '.join(x for x in (fixed, grid) if x)}){mixed}")
+        return f"{self.model}{f'[{scorer}]' if scorer else ''} {self.loss}({loss}){mixed}"
 
     def first_point_only(self) -> "Setting":
         """The setting with each grid axis cut to its first value (for the smoke run)."""
         return dataclasses.replace(self, grid=tuple((k, v[:1]) for k, v in self.grid))
 
-    def points(self) -> list[tuple]:
-        """Returns every grid point's full parameter tuple (sorted by name)."""
+    def points(self) -> list[tuple[tuple, tuple]]:
+        """Returns every grid point as `(loss params, scorer options)`, each sorted by name; a
+        scorer option equal to the recipe's own is left out, so the point is the recipe's run."""
+        recipe = dict(recipe_arguments(self.model))
         names = [k for k, _ in self.grid]
-        combos = itertools.product(*(values for _, values in self.grid))
-        return [tuple(sorted(self.params + tuple(zip(names, combo)))) for combo in combos]
+        found = []
+        for combo in itertools.product(*(values for _, values in self.grid)):
+            point = dict(zip(names, combo))
+            scorer = {k.removeprefix(SCORER_AXIS): v for k, v in point.items()
+                      if k.startswith(SCORER_AXIS)}
+            params = {k: v for k, v in point.items() if not k.startswith(SCORER_AXIS)}
+            scorer = {k: v for k, v in {**dict(self.scorer), **scorer}.items()
+                      if k not in recipe or recipe[k] != v}
+            found.append((tuple(sorted({**dict(self.params), **params}.items())),
+                          tuple(sorted(scorer.items()))))
+        return found
 
+
+SCORER_AXIS = "model."  # the prefix of a grid axis that varies a scorer option
 
 ALPHA_BETA = (("alpha", (10.0, 50.0, 100.0)), ("beta", (10.0, 50.0)))
 BRUCH_ALPHAS = (1.0, 5.0, 10.0, 20.0, 50.0, 100.0)
@@ -56,6 +78,10 @@ DASALC_LOSSES = (("approx_ndcg", (("alpha", 10.0),)), ("approx_ap", (("alpha", 1
                  ("softmax_loss", ()))
 DASALC_ABLATION = ((("input_transform", "none"),), (("noise_stddev", 0.0),),
                    (("attention_layers", 0),))
+# DASALC with ApproxNDCG given the GBDTs' protocol: its scorer chosen per fold on validation among
+# the log1p transform or none, and the recipe's noise σ = 1.5 or the 4.5 its authors used on
+# Yahoo! (the first point is the recipe itself; the ablation ran the other σ = 1.5 point).
+DASALC_GRID = (("model.input_transform", ("log1p", "none")), ("model.noise_stddev", (1.5, 4.5)))
 # The `losses` study: every loss of `tfapprox.losses.LOSSES`, by its key there (TF-Ranking's
 # RankingLossKey where the class is TF-Ranking's; TF-Ranking's approx_ndcg_loss and list_mle_loss
 # are `get`'s aliases of approx_ndcg and listmle), on B64 with its defaults. The parameters below
@@ -113,6 +139,7 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     found["dasalc_ablation"] = ([Setting("dasalc", ndcg, ndcg_params, scorer=without)
                                  for without in DASALC_ABLATION]
                                 + [Setting("B256", ndcg, ndcg_params)])
+    found["dasalc_tuned"] = [Setting("dasalc", ndcg, ndcg_params, grid=DASALC_GRID)]
     if smoke:
         found["dasalc"] = found["dasalc"][:1]
         found["dasalc_ablation"] = found["dasalc_ablation"][:1]
@@ -129,7 +156,7 @@ def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int, data_keys
     """Returns every `Run` a setting needs (each grid point, fold and seed); `data_keys`:
     {fold: `data_key` of its files} for a set of the user's, None for the shared sets."""
     rounds = LIGHTGBM_ROUNDS if setting.model in GBDTS else epochs
-    return [Run(dataset, fold, seed, setting.model, setting.loss, point, rounds,
-                precision=setting.precision, scorer=setting.scorer,
+    return [Run(dataset, fold, seed, setting.model, setting.loss, params, rounds,
+                precision=setting.precision, scorer=scorer,
                 data=(data_keys or {}).get(fold, ""), recipe=recipe_arguments(setting.model))
-            for fold in folds for seed in seeds for point in setting.points()]
+            for fold in folds for seed in seeds for params, scorer in setting.points()]

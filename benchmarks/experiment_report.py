@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.experiment_runs import (GBDTS, METRICS, SELECT_METRIC, read_cached,
-                                        scorer_label)
+from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC, read_cached
 from benchmarks.experiment_studies import (LOSS_STUDY_REFERENCE, SEED_CHALLENGERS, SEED_LOSSES,
                                            YILMAZ_MEASURES, runs_of)
 
@@ -415,9 +414,12 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
 
 
 def _points_chosen(row):
-    """Says which grid point validation chose for each fold and seed of `row`."""
-    chosen = [f"Fold{fold} seed{seed}: "
-              f"{scorer_label(tuple(map(tuple, result['run']['scorer']))) or 'the recipe'}"
+    """Says which grid point validation chose for each fold and seed of `row`: the options that
+    differ from the recipe's and the trainer's."""
+    def options(run):
+        return ", ".join(f"{k}={v}" for k, v in run["scorer"] + run.get("optimizer", []))
+
+    chosen = [f"Fold{fold} seed{seed}: {options(result['run']) or 'the recipe'}"
               for (fold, seed), result in sorted(row.by_fold_seed.items())]
     return f"\n{row.setting.label()} chose " + "; ".join(chosen) + "."
 

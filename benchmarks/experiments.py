@@ -40,8 +40,9 @@ Studies (`--study`, any subset; the report has the sections of those given):
                softmax_loss, its own loss
   dasalc_ablation  DASALC with ApproxNDCG without the log1p transform, without the input noise,
                without the self-attention, and the B256 tower with none of them
-  dasalc_tuned DASALC with ApproxNDCG under the GBDTs' protocol: its scorer chosen per fold on
-               validation NDCG@10 among input_transform ∈ {log1p, none} × noise σ ∈ {1.5, 4.5}
+  dasalc_tuned DASALC with ApproxNDCG under the GBDTs' protocol, chosen per fold on validation
+               NDCG@10: input_transform ∈ {log1p, none} × noise σ ∈ {1.5, 4.5}, and
+               input_transform ∈ {log1p, none} × Adagrad's learning rate ∈ {0.05, 0.2}
   direct       the other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, PermuRank (B64)
                and AdaRank.NDCG / AdaRank.MAP (linear, boosted single features)
   losses       every loss of tfapprox.losses (TF-Ranking's under TF-Ranking's keys) with its

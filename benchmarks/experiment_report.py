@@ -397,8 +397,8 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
               "DASALC (`--preset dasalc`) with each loss, then with ApproxNDCG each piece taken "
               "away (`[input_transform=none]`: no log1p; `[noise_stddev=0.0]`: no input noise; "
               "`[attention_layers=0]`: no self-attention), then the B256 tower alone, then "
-              "DASALC given the GBDTs' protocol (`∈`: its scorer chosen per fold on validation "
-              f"{SELECT_METRIC}, the seconds those of every point):\n",
+              "DASALC given the GBDTs' protocol (`∈`: the options chosen per fold on validation "
+              f"{SELECT_METRIC}, the seconds those of every grid point):\n",
               _costed(dasalc + tuned, folds), "",
               "| setting | validation ndcg@10 | − reference: ndcg@5 | ndcg@10 | map |",
               "|---|---|---|---|---|"]

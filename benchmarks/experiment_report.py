@@ -409,18 +409,19 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
                                   for m in ("ndcg@5", "ndcg@10", "map")) + " |")
     if ran:
         lines += ["", _chosen_against(ran, reference, folds)]
-    lines += [_points_chosen(row) for row in tuned if row.by_fold_seed]
+    lines += [_points_chosen(row, folds) for row in tuned if row in ran]
     return "\n".join(lines) + "\n"
 
 
-def _points_chosen(row):
-    """Says which grid point validation chose for each fold and seed of `row`: the options that
-    differ from the recipe's and the trainer's."""
+def _points_chosen(row, folds):
+    """Says which grid point validation chose for each fold of `row`'s complete seeds: the
+    options that differ from the recipe's and the trainer's."""
     def options(run):
         return ", ".join(f"{k}={v}" for k, v in run["scorer"] + run.get("optimizer", []))
 
-    chosen = [f"Fold{fold} seed{seed}: {options(result['run']) or 'the recipe'}"
-              for (fold, seed), result in sorted(row.by_fold_seed.items())]
+    chosen = [f"Fold{fold} seed{seed}: "
+              f"{options(row.by_fold_seed[fold, seed]['run']) or 'the recipe'}"
+              for seed in row.complete_seeds(folds) for fold in folds]
     return f"\n{row.setting.label()} chose " + "; ".join(chosen) + "."
 
 

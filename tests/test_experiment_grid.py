@@ -42,5 +42,5 @@ def test_the_report_chooses_per_fold_the_point_best_on_validation(tmp_path):
     row = experiment_report.Selected(TUNED, "MQ2008", tmp_path, [1, 2], [0], 40, print)
     assert row.cell([1, 2], "ndcg@10") == (0.15, 0.0)  # points 3 and 0
     assert row.seconds_per_fold([1, 2]) == 4.0  # choosing cost every point's run
-    assert experiment_report._points_chosen(row).endswith(
+    assert experiment_report._points_chosen(row, [1, 2]).endswith(
         "chose Fold1 seed0: input_transform=none, learning_rate=0.2; Fold2 seed0: the recipe.")

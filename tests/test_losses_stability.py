@@ -2,8 +2,9 @@
 
 0.50243497 is a score whose hashed uniform for sample 0 (seed None) has its top bits all ones:
 before the fix that uniform was (2^24 − ½)/2^24, which rounds to 1 in float32, its Gumbel noise
-−ln(−ln 1) = +∞ and the loss NaN (YAHOO Fold2 stopped on it after 16 epochs of B64 training).
-±3e38 with τ = ½ overflowed (s + g)/τ before the scores were shifted by their maximum.
+−ln(−ln 1) = +∞ and the loss and gradient NaN (1 draw in 2^24: the B64 YetiLogisticLoss run on
+YAHOO Fold2 drew one in epoch 16). ±3e38 with τ = ½ overflowed (s + g)/τ before the scores were
+shifted by their maximum.
 """
 
 import numpy as np

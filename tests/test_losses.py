@@ -6,8 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import (COMPILE_MODES, REPO, REQUIRED_ARGS, backend, loss_and_grad, random_batch,
-                      registered, registered_losses_in_modes, to_numpy)
+from conftest import (COMPILE_MODES, REPO, REQUIRED_ARGS, compiled_on_jax, loss_and_grad,
+                      random_batch, registered, registered_losses_in_modes, to_numpy)
 from tfapprox import losses
 from tfapprox import pair_sums
 from tfapprox.losses import sampling
@@ -56,16 +56,8 @@ IDS = [f"{type(l).__name__}-{i}" for i, l in enumerate(ALL_LOSSES)]
 
 
 def per_list(loss, labels, scores):
-    """`loss.call`'s values per list: op by op on TensorFlow, jitted on JAX, as Keras runs JAX
-    (conftest.COMPILE_MODES). Op by op, JAX compiles each primitive on its own for every new
-    shape: 10-30x the CPU of one jitted call (an empty batch of ApproxNDCG: 1.0 s, 0.03 s), for
-    nothing more checked."""
-    call = loss.call
-    if backend() == "jax":
-        import jax
-
-        call = jax.jit(call)
-    return to_numpy(call(labels, scores))
+    """`loss.call`'s values per list: op by op on TensorFlow, jitted on JAX."""
+    return to_numpy(compiled_on_jax(loss.call)(labels, scores))
 
 
 @pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)

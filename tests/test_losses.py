@@ -149,11 +149,13 @@ def test_a_nan_label_on_a_real_document_makes_its_list_nan_not_padding(loss, rng
     labels, scores = random_batch(rng, batch=3, list_size=6, pad_fraction=0.0)
     labels[:, 0] = 2.0
     labels[0, 3] = np.nan
-    values = per_list(loss, labels, scores)
+    # Op by op on JAX too: its three calls on one shape share each primitive's compile (jitted,
+    # each compiles on its own: 12.4 -> 17.3 s CPU for the registered losses).
+    values = to_numpy(loss.call(labels, scores))
     assert np.isnan(values[0]) and np.all(np.isfinite(values[1:]))
     assert np.isnan(float(to_numpy(loss(labels, scores))))
     masked = {"labels": labels, "mask": ~np.isnan(labels)}  # masked out, a NaN label is padding
-    assert np.all(np.isfinite(per_list(loss, masked, scores)))
+    assert np.all(np.isfinite(to_numpy(loss.call(masked, scores))))
 
 
 # TensorFlow's XLA mode checks these two through `model.fit` for every loss, as the trainer runs

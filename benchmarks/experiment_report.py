@@ -157,9 +157,9 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_direct(rows["direct"], rows["chen"], data, folds))
         if "lightgbm" in shown:
             parts.append(_lightgbm(shown, data, folds))
-        if {"gbdt", "dasalc", "dasalc_ablation"} & shown.keys():
+        if {"gbdt", "dasalc", "dasalc_ablation", "dasalc_tuned"} & shown.keys():
             parts.append(_gbdt_and_dasalc(rows["gbdt"], rows["dasalc"] + rows["dasalc_ablation"],
-                                          data, folds))
+                                          rows["dasalc_tuned"], data, folds))
         if "losses" in shown:
             parts.append(_losses(rows["losses"], rows["gbdt"], data, folds))
         if "precision" in shown:
@@ -379,12 +379,12 @@ def _lightgbm(rows, data, folds):
     return "\n".join(lines) + "\n"
 
 
-def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
-    """The GBDT references, DASALC and its ablation, each against the reference: the GBDT with
-    the best validation NDCG@10 on this set."""
+def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
+    """The GBDT references, DASALC, its ablation and DASALC tuned on validation, each against the
+    reference: the GBDT with the best validation NDCG@10 on this set."""
     lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
              f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_ablation "
-             f"{data.flags()}`. Seconds per "
+             f"dasalc_tuned {data.flags()}`. Seconds per "
              "fold: wall time of every grid point of a fold on one thread, training and scoring, "
              "mean over folds and seeds (as the runs measured it: on a shared machine, compare "
              "them only roughly). Paired tests use the seeds both rows have.\n",
@@ -396,18 +396,33 @@ def _gbdt_and_dasalc(gbdts, dasalc, data, folds):
               f"**{reference.setting.label()}**.\n",
               "DASALC (`--preset dasalc`) with each loss, then with ApproxNDCG each piece taken "
               "away (`[input_transform=none]`: no log1p; `[noise_stddev=0.0]`: no input noise; "
-              "`[attention_layers=0]`: no self-attention), then the B256 tower alone:\n",
-              _costed(dasalc, folds), "",
+              "`[attention_layers=0]`: no self-attention), then the B256 tower alone, then "
+              "DASALC given the GBDTs' protocol (`∈`: the options chosen per fold on validation "
+              f"{SELECT_METRIC}, the seconds those of every grid point):\n",
+              _costed(dasalc + tuned, folds), "",
               "| setting | validation ndcg@10 | − reference: ndcg@5 | ndcg@10 | map |",
               "|---|---|---|---|---|"]
-    ran = [row for row in dasalc if row.cell(folds, "ndcg@10") is not None]
+    ran = [row for row in dasalc + tuned if row.cell(folds, "ndcg@10") is not None]
     for row in ran:
         lines.append(f"| {row.setting.label()} | {row.validation_mean(folds):.4f} | "
                      + " | ".join(_fmt_test(paired(row, reference, folds, m))
                                   for m in ("ndcg@5", "ndcg@10", "map")) + " |")
     if ran:
         lines += ["", _chosen_against(ran, reference, folds)]
+    lines += [_points_chosen(row, folds) for row in tuned if row in ran]
     return "\n".join(lines) + "\n"
+
+
+def _points_chosen(row, folds):
+    """Says which grid point validation chose for each fold of `row`'s complete seeds: the
+    options that differ from the recipe's and the trainer's."""
+    def options(run):
+        return ", ".join(f"{k}={v}" for k, v in run["scorer"] + run.get("optimizer", []))
+
+    chosen = [f"Fold{fold} seed{seed}: "
+              f"{options(row.by_fold_seed[fold, seed]['run']) or 'the recipe'}"
+              for seed in row.complete_seeds(folds) for fold in folds]
+    return f"\n{row.setting.label()} chose " + "; ".join(chosen) + "."
 
 
 def _costed(rows, folds, names=None):

@@ -65,6 +65,7 @@ class Run:
     epochs: int = 40  # a GBDT: its rounds at most
     precision: str = "float32"  # or "mixed_bfloat16": the trainer's --mixed-precision on CPU
     scorer: tuple[tuple[str, Any], ...] = ()  # the scorer's options (model.input_transform, ...)
+    optimizer: tuple[tuple[str, Any], ...] = ()  # optimiser options (optimizer.learning_rate)
     data: str = ""  # `data_key` of the fold's files; "" for the shared sets (the published files)
     # A recipe scorer's own arguments (`recipe_arguments`): a changed recipe gets new keys, so it
     # never reads the results of the one before.
@@ -73,21 +74,24 @@ class Run:
     def label(self) -> str:
         """Returns the configuration without fold and seed, e.g. `B64 approx_ndcg(alpha=10)`."""
         mixed = "" if self.precision == "float32" else f" {self.precision}"
+        optimizer = "".join(f" {k}={v}" for k, v in self.optimizer)
         return (f"{self.model}{scorer_label(self.scorer)} "
-                f"{self.loss}({', '.join(f'{k}={v}' for k, v in self.params)}){mixed}")
+                f"{self.loss}({', '.join(f'{k}={v}' for k, v in self.params)}){optimizer}{mixed}")
 
     def cache_path(self, cache: Path) -> Path:
         fields = dataclasses.asdict(self)
         # runs cached before a field existed keep their names while it holds its default
         for field, before in (("precision", "float32"), ("scorer", ()), ("data", ""),
-                              ("recipe", ())):
+                              ("recipe", ()), ("optimizer", ())):
             if getattr(self, field) == before:
                 del fields[field]
         digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
         params = ",".join(f"{k}={v}" for k, v in self.params) or "default"
         mixed = "" if self.precision == "float32" else f"-{self.precision}"
         model = self.model + "".join(f",{k}={v}" for k, v in self.scorer)
-        return (cache / self.dataset / model / f"{self.loss}-{params}-e{self.epochs}{mixed}"
+        optimizer = "".join(f"-{k}={v}" for k, v in self.optimizer)
+        return (cache / self.dataset / model
+                / f"{self.loss}-{params}{optimizer}-e{self.epochs}{mixed}"
                 / f"Fold{self.fold}-seed{self.seed}-{digest}.json")
 
 
@@ -196,6 +200,15 @@ def execute(run: Run, files: dict[str, list[str]], scratch: Path) -> dict[str, A
     return result
 
 
+def trainer_config(dataset: str) -> dict[str, Any]:
+    """Returns the trainer's configuration (a plain dict) that a neural run on `dataset` starts
+    from: its preset named like the set (ohsumed, mq2008), else the trainer's defaults."""
+    from trainer import config as config_lib
+
+    name = dataset.lower()
+    return config_lib.load_dict(name if name in config_lib.PRESETS else None)
+
+
 def _neural(run: Run, files: dict[str, list[str]], num_features: int,
             scratch: Path) -> dict[str, Any]:
     """Trains through the trainer, with its preset named like the set (ohsumed, mq2008) or else
@@ -205,8 +218,7 @@ def _neural(run: Run, files: dict[str, list[str]], num_features: int,
     from trainer import config as config_lib
     from trainer import train
 
-    name = run.dataset.lower()
-    preset = config_lib.load_dict(name if name in config_lib.PRESETS else None)
+    preset = trainer_config(run.dataset)
     config_lib.apply_overrides(preset, {
         # the test files are scored below, query by query: the trainer needs only train and vali
         "data.train": files["train"], "data.vali": files["vali"], "data.num_features": num_features,
@@ -214,7 +226,8 @@ def _neural(run: Run, files: dict[str, list[str]], num_features: int,
         **({"model.kind": "adarank", "model.adarank_measure": run.loss}
            if run.model == "adarank" else
            {"model.preset": run.model, "loss.name": run.loss, "loss.params": dict(run.params),
-            **{f"model.{key}": value for key, value in run.scorer}}),
+            **{f"model.{key}": value for key, value in run.scorer},
+            **{f"optimizer.{key}": value for key, value in run.optimizer}}),
         "train.seed": run.seed, "train.epochs": run.epochs,
         "runtime.mixed_precision": run.precision != "float32",
         "train.patience": max(run.epochs // 4, 2), "train.select_metric": SELECT_METRIC,

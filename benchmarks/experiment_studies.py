@@ -6,11 +6,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from benchmarks.experiment_runs import GBDTS, Run, recipe_arguments, scorer_label
+from benchmarks.experiment_runs import (GBDTS, Run, recipe_arguments, scorer_label,
+                                        trainer_config)
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """A configuration of a study: a model, a loss, fixed parameters, and a grid chosen on vali."""
+    """A configuration of a study: a model, a loss, fixed parameters, and a grid chosen on vali.
+
+    A grid axis named `model.<option>` varies a scorer option (the trainer's `model.<option>`, as
+    `scorer` fixes one), `optimizer.<option>` an optimiser option; any other a loss parameter.
+    """
 
     model: str
     loss: str
@@ -20,21 +25,49 @@ class Setting:
     scorer: tuple = ()  # the scorer's options, ((name, value), ...): model.<name> in the trainer
 
     def label(self) -> str:
+        def axes(group: str) -> list[str]:
+            return [f"{option}∈{{{', '.join(map(str, values))}}}"
+                    for (field, option), values in ((_axis(k), v) for k, v in self.grid)
+                    if field == group]
+
         fixed = ", ".join(f"{k}={v}" for k, v in self.params)
-        grid = ", ".join(f"{k}∈{{{', '.join(map(str, v))}}}" for k, v in self.grid)
+        loss = ", ".join([fixed] * bool(fixed) + axes("params"))
+        scorer = scorer_label(self.scorer).strip("[]")
+        scorer = ", ".join([scorer] * bool(scorer) + axes("scorer"))
+        optimizer = "".join(f" {axis}" for axis in axes("optimizer"))
         mixed = "" if self.precision == "float32" else f" {self.precision}"
-        return (f"{self.model}{scorer_label(self.scorer)} "
-                f"{self.loss}({', '.join(x for x in (fixed, grid) if x)}){mixed}")
+        return (f"{self.model}{f'[{scorer}]' if scorer else ''} {self.loss}({loss})"
+                f"{optimizer}{mixed}")
 
     def first_point_only(self) -> "Setting":
         """The setting with each grid axis cut to its first value (for the smoke run)."""
         return dataclasses.replace(self, grid=tuple((k, v[:1]) for k, v in self.grid))
 
-    def points(self) -> list[tuple]:
-        """Returns every grid point's full parameter tuple (sorted by name)."""
+    def points(self) -> list[dict[str, dict]]:
+        """Returns every grid point as {"params": loss parameters, "scorer": scorer options,
+        "optimizer": optimiser options}, the setting's fixed ones included."""
         names = [k for k, _ in self.grid]
-        combos = itertools.product(*(values for _, values in self.grid))
-        return [tuple(sorted(self.params + tuple(zip(names, combo)))) for combo in combos]
+        found = []
+        for combo in itertools.product(*(values for _, values in self.grid)):
+            point = {"params": dict(self.params), "scorer": dict(self.scorer), "optimizer": {}}
+            for name, value in zip(names, combo):
+                field, option = _axis(name)
+                point[field][option] = value
+            found.append(point)
+        return found
+
+
+# The prefix of a grid axis that varies a scorer or an optimiser option, and the `Run` field it
+# fills; an axis without one varies a loss parameter (`params`).
+GRID_GROUPS = {"model.": "scorer", "optimizer.": "optimizer"}
+
+
+def _axis(name: str) -> tuple[str, str]:
+    """Returns (the `Run` field a grid axis fills, the option's name there)."""
+    for prefix, field in GRID_GROUPS.items():
+        if name.startswith(prefix):
+            return field, name.removeprefix(prefix)
+    return "params", name
 
 
 ALPHA_BETA = (("alpha", (10.0, 50.0, 100.0)), ("beta", (10.0, 50.0)))
@@ -56,6 +89,13 @@ DASALC_LOSSES = (("approx_ndcg", (("alpha", 10.0),)), ("approx_ap", (("alpha", 1
                  ("softmax_loss", ()))
 DASALC_ABLATION = ((("input_transform", "none"),), (("noise_stddev", 0.0),),
                    (("attention_layers", 0),))
+# DASALC with ApproxNDCG given the GBDTs' protocol: per fold, chosen on validation, the log1p
+# transform or none, and either the recipe's noise σ = 1.5 or the 4.5 its authors used on Yahoo!,
+# or Adagrad's learning rate 0.05 (the trainer's) or 0.2. The first point of each is the recipe,
+# the third the ablation's run without log1p: both are cached already.
+DASALC_GRIDS = ((("model.input_transform", ("log1p", "none")), ("model.noise_stddev", (1.5, 4.5))),
+                (("model.input_transform", ("log1p", "none")),
+                 ("optimizer.learning_rate", (0.05, 0.2))))
 # The `losses` study: every loss of `tfapprox.losses.LOSSES`, by its key there (TF-Ranking's
 # RankingLossKey where the class is TF-Ranking's; TF-Ranking's approx_ndcg_loss and list_mle_loss
 # are `get`'s aliases of approx_ndcg and listmle), on B64 with its defaults. The parameters below
@@ -113,6 +153,8 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     found["dasalc_ablation"] = ([Setting("dasalc", ndcg, ndcg_params, scorer=without)
                                  for without in DASALC_ABLATION]
                                 + [Setting("B256", ndcg, ndcg_params)])
+    found["dasalc_tuned"] = [Setting("dasalc", ndcg, ndcg_params, grid=grid)
+                             for grid in DASALC_GRIDS]
     if smoke:
         found["dasalc"] = found["dasalc"][:1]
         found["dasalc_ablation"] = found["dasalc_ablation"][:1]
@@ -127,9 +169,22 @@ NEURAL_EPOCHS, LIGHTGBM_ROUNDS = 40, 1000
 
 def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int, data_keys=None):
     """Returns every `Run` a setting needs (each grid point, fold and seed); `data_keys`:
-    {fold: `data_key` of its files} for a set of the user's, None for the shared sets."""
+    {fold: `data_key` of its files} for a set of the user's, None for the shared sets.
+
+    A scorer or optimiser option equal to what the run gets anyway (the recipe's, the trainer's
+    configuration for the set) is left out, so such a point is the run without it, cached once.
+    """
     rounds = LIGHTGBM_ROUNDS if setting.model in GBDTS else epochs
-    return [Run(dataset, fold, seed, setting.model, setting.loss, point, rounds,
-                precision=setting.precision, scorer=setting.scorer,
-                data=(data_keys or {}).get(fold, ""), recipe=recipe_arguments(setting.model))
-            for fold in folds for seed in seeds for point in setting.points()]
+    recipe, points = recipe_arguments(setting.model), setting.points()
+    optimizer = trainer_config(dataset)["optimizer"] if any(p["optimizer"] for p in points) else {}
+
+    def changed(options: dict, defaults: dict) -> tuple:
+        return tuple(sorted((k, v) for k, v in options.items()
+                            if k not in defaults or defaults[k] != v))
+
+    return [Run(dataset, fold, seed, setting.model, setting.loss,
+                tuple(sorted(point["params"].items())), rounds, precision=setting.precision,
+                scorer=changed(point["scorer"], dict(recipe)),
+                optimizer=changed(point["optimizer"], optimizer),
+                data=(data_keys or {}).get(fold, ""), recipe=recipe)
+            for fold in folds for seed in seeds for point in points]

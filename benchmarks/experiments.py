@@ -12,13 +12,14 @@ read in place; nothing in DIR or --data is run or written.
 Protocol. Cross-validation over the folds (default: all of the set's). Every run trains on a fold's
 train files, picks its epoch on the fold's validation NDCG@10 (early stopping, patience epochs/4),
 and is measured on the fold's test files with tfapprox.metrics, per query. Where a configuration
-has a grid (α, β, LightGBM's leaves), each fold and seed picks the grid point with the best
-validation NDCG@10. A figure is the mean over folds of the test metric, computed for each seed;
-tables show mean ± std over seeds. A claim "A beats B" carries a paired t-test over the test queries
-of all the folds (each query's value averaged over seeds). Queries without a relevant document are
-left out of the means (a set that has such queries is also reported with LETOR's convention, which
-counts them as 0). Neural runs use the trainer's preset named like the set (ohsumed, mq2008) or
-else the trainer's defaults, with the study's scorer and loss.
+has a grid (α, β, LightGBM's leaves, DASALC's scorer options), each fold and seed picks the grid
+point with the best validation NDCG@10. A figure is the mean over folds of the test metric,
+computed for each seed; tables show mean ± std over seeds. A claim "A beats B" carries a paired
+t-test over the test queries of all the folds (each query's value averaged over seeds). Queries
+without a relevant document are left out of the means (a set that has such queries is also
+reported with LETOR's convention, which counts them as 0). Neural runs use the trainer's preset
+named like the set (ohsumed, mq2008) or else the trainer's defaults, with the study's scorer and
+loss.
 
 Studies (`--study`, any subset; the report has the sections of those given):
   chen         RankNet vs weighted RankNet, ListMLE vs weighted ListMLE; linear and B64 scorers
@@ -39,6 +40,9 @@ Studies (`--study`, any subset; the report has the sections of those given):
                softmax_loss, its own loss
   dasalc_ablation  DASALC with ApproxNDCG without the log1p transform, without the input noise,
                without the self-attention, and the B256 tower with none of them
+  dasalc_tuned DASALC with ApproxNDCG under the GBDTs' protocol, chosen per fold on validation
+               NDCG@10: input_transform ∈ {log1p, none} × noise σ ∈ {1.5, 4.5}, and
+               input_transform ∈ {log1p, none} × Adagrad's learning rate ∈ {0.05, 0.2}
   direct       the other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, PermuRank (B64)
                and AdaRank.NDCG / AdaRank.MAP (linear, boosted single features)
   losses       every loss of tfapprox.losses (TF-Ranking's under TF-Ranking's keys) with its

@@ -149,6 +149,18 @@ COMPILE_MODES = {"tensorflow": ("eager", "graph", "xla"), "jax": ("jit",)}.get(
     backend(), ("eager",))
 
 
+def compiled_on_jax(function):
+    """`function` as it is; on JAX jitted, as Keras runs JAX (see COMPILE_MODES): op by op, JAX
+    compiles each primitive on its own for every new shape, 10-30x the CPU of one jitted call
+    (an empty batch's per-list values of ApproxNDCG 1.0 s -> 0.03 s), for nothing more checked.
+    Checks of values that only an eager call makes are tested by calling the eager function."""
+    if backend() != "jax":
+        return function
+    import jax
+
+    return jax.jit(function)
+
+
 def loss_and_grad(loss_fn, labels, scores, mode=None, unknown_shape=False):
     """Returns (value, d value / d scores) as numpy, on the active Keras backend.
 

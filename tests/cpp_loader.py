@@ -2,9 +2,9 @@
 
 `build(cache_dir)` compiles `saved_model_runner.cc` against the installed TensorFlow wheel
 (`libtensorflow_cc.so.2`, `libtensorflow_framework.so.2` and its headers) once per source, wheel
-and compiler, keeping the binary in `cache_dir`. `CppLoader(binary, export_dir)` starts it on one
-SavedModel; `run(signature, inputs)` returns the outputs as numpy arrays, or raises `CppError` with
-the status message the C++ session returned.
+and compiler, keeping the binary in `cache_dir` (the tests': `CACHE_DIR`, kept across runs).
+`CppLoader(binary, export_dir)` starts it on one SavedModel; `run(signature, inputs)` returns the
+outputs as numpy arrays, or raises `CppError` with the status message the C++ session returned.
 """
 
 import hashlib
@@ -15,7 +15,11 @@ import subprocess
 
 import numpy as np
 
+from build_cache import CACHE_DIR as _CACHE_ROOT
+from build_cache import built_once
+
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "saved_model_runner.cc")
+CACHE_DIR = os.path.join(_CACHE_ROOT, "cpp_loader")
 
 
 def signature_requests(features):
@@ -62,16 +66,17 @@ def build(cache_dir):
         "-Wl,--no-as-needed", f"-L{library_dir}", "-l:libtensorflow_cc.so.2",
         "-l:libtensorflow_framework.so.2", f"-Wl,-rpath,{library_dir}",
     ]
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     with open(SOURCE, "rb") as source:
-        key = hashlib.sha256(source.read() + " ".join(command).encode()).hexdigest()[:16]
-    binary = os.path.join(cache_dir, f"saved_model_runner-{key}")
-    if not os.path.exists(binary):
-        partial = f"{binary}.{os.getpid()}.tmp"
+        key = hashlib.sha256(source.read() + " ".join(
+            [*command, tf.__version__, version]).encode()).hexdigest()[:16]
+
+    def compile_to(partial):
         built = subprocess.run(command + ["-o", partial], capture_output=True, text=True)
         if built.returncode != 0:
             raise RuntimeError(f"compiling {SOURCE} failed:\n{built.stderr[-4000:]}")
-        os.replace(partial, binary)
-    return binary
+
+    return built_once(os.path.join(cache_dir, f"saved_model_runner-{key}"), compile_to)
 
 
 class CppLoader:

@@ -1,7 +1,9 @@
 """Record encodings and graph-only parsers: ELWC (ours and TF-Ranking's layout), SequenceExample."""
 
+import os
 import subprocess
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ import tensorflow as tf
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tensorflow.core.example import example_pb2, feature_pb2
 
+from build_cache import CACHE_DIR, built_once, digest, venv_identity
 from conftest import side_venv_environment, side_venv_python
 from tfapprox.data import dataset, records
 
@@ -229,17 +232,27 @@ def test_interop_with_tfranking_and_serving_api(tmp_path, rng):
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     ours = [records.encode_elwc(features[s:s + n], labels[s:s + n], qid=i)
             for i, (s, n) in enumerate(zip(starts, sizes))]
-    np.savez(tmp_path / "in.npz", features=features, labels=labels, sizes=sizes)
+    inputs = {"features": features, "labels": labels, "sizes": sizes}
+    np.savez(tmp_path / "in.npz", **inputs)
     with tf.io.TFRecordWriter(str(tmp_path / "ours.tfrecord")) as writer:
         for record in ours:
             writer.write(record)
     (tmp_path / "side.py").write_text(SIDE_SCRIPT)
-    files = [str(tmp_path / name) for name in ("in.npz", "out.npz", "ours.tfrecord", "theirs.tfrecord")]
-    run = subprocess.run([python, str(tmp_path / "side.py"), *files], capture_output=True, text=True,
-                         timeout=600, env=side_venv_environment())
-    assert run.returncode == 0, run.stderr[-4000:]
-    theirs = [r.numpy() for r in tf.data.TFRecordDataset(files[3])]
-    with np.load(tmp_path / "out.npz") as out:
+
+    def run_side_script(partial):  # TF-Ranking's parse of our records, and its own records
+        os.mkdir(partial)
+        files = [tmp_path / "in.npz", Path(partial, "out.npz"), tmp_path / "ours.tfrecord",
+                 Path(partial, "theirs.tfrecord")]
+        run = subprocess.run([python, str(tmp_path / "side.py"), *map(str, files)],
+                             capture_output=True, text=True, timeout=600,
+                             env=side_venv_environment())
+        assert run.returncode == 0, run.stderr[-4000:]
+
+    # kept for later runs (tests/build_cache.py): TensorFlow 2.15 starts only when this changes
+    key = digest(SIDE_SCRIPT, venv_identity(python), inputs, *ours)
+    side = Path(built_once(os.path.join(CACHE_DIR, "tfranking-interop", key), run_side_script))
+    theirs = [r.numpy() for r in tf.data.TFRecordDataset(str(side / "theirs.tfrecord"))]
+    with np.load(side / "out.npz") as out:
         parsed_features, parsed_labels = out["parsed_features"], out["parsed_labels"]
     got, mask, got_labels = records.parse_elwc(theirs, 5, layout="per_feature", label_dtype=tf.int64)
     for i, (s, n) in enumerate(zip(starts, sizes)):

@@ -156,17 +156,38 @@ def test_saved_model_cli_run_scores_a_sample(exported, tmp_path):
     np.testing.assert_allclose(scores[mask], expected[mask], atol=1e-5)
 
 
-@needs_tensorflow
-def test_fresh_process_loads_it_without_tfapprox(exported, tmp_path):
+_SECRET = b"SeCr"  # a feature value whose bytes are printable, to be looked for in the log
+
+
+def _wrong_protos():
+    """Returns `[(signature, argument, strings)]`: requests whose strings are not the proto the
+    signature reads, each carrying `_SECRET`."""
+    features = np.full((2, 3, NUM_FEATURES), np.frombuffer(_SECRET, "<f4")[0], "float32")
+    elwc, examples = _requests(features, np.ones((2, 3), bool))
+    return [
+        ("serving_default", "elwc", examples[:2]),  # a tf.Example per document, to the ELWC one
+        ("serving_default", "elwc", [b"\xff" + _SECRET * 4]),
+        ("score_examples", "examples", elwc),
+        ("score_examples", "examples", [b"\x0a\x05" + _SECRET * 3]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def fresh_process(exported, tmp_path_factory):
+    """Returns `(result, response)` of one new Python process that loads the export as a server
+    does, where tfapprox cannot be imported: it scores `_lists(4)` through the three signatures
+    (`response`, the scores), then sends `_wrong_protos()`, TensorFlow logging everything
+    (`result`: the finished process; one process, one TensorFlow start, serves both tests)."""
     import tensorflow as tf
 
-    model, _, path = exported
+    folder = tmp_path_factory.mktemp("fresh_process")
     features, mask = _lists(4)
     elwc, examples = _requests(features, mask)
-    np.savez(tmp_path / "request.npz", features=features, elwc=np.array(elwc, dtype=object),
+    np.savez(folder / "request.npz", features=features, elwc=np.array(elwc, dtype=object),
              examples=np.array(examples, dtype=object))
+    np.save(folder / "wrong.npy", np.array(_wrong_protos(), dtype=object), allow_pickle=True)
     site_packages = os.path.dirname(os.path.dirname(tf.__file__))
-    script = tmp_path / "serve.py"
+    script = folder / "serve.py"
     script.write_text(textwrap.dedent(f"""
         import importlib.util, sys
         sys.path.append({site_packages!r})
@@ -174,7 +195,7 @@ def test_fresh_process_loads_it_without_tfapprox(exported, tmp_path):
         import numpy as np
         import tensorflow as tf
         request = np.load("request.npz", allow_pickle=True)
-        signatures = tf.saved_model.load({path!r}).signatures
+        signatures = tf.saved_model.load({exported[2]!r}).signatures
         np.savez(
             "response.npz",
             lists=signatures["serving_default"](elwc=tf.constant(list(request["elwc"])))["scores"],
@@ -183,12 +204,31 @@ def test_fresh_process_loads_it_without_tfapprox(exported, tmp_path):
                 examples=tf.constant(list(request["examples"])))["scores"],
         )
         assert "tfapprox" not in sys.modules
+        print("scored without tfapprox", flush=True)
+        for signature, argument, strings in np.load("wrong.npy", allow_pickle=True):
+            try:
+                signatures[signature](**{{argument: tf.constant(list(strings))}})
+            except tf.errors.InvalidArgumentError as error:
+                assert "expects `" + argument + "`" in error.message, error.message
+            else:
+                raise AssertionError(signature + " accepted a wrong proto")
+        print("refused all")
     """))
     # -I: no PYTHONPATH, no script or working directory on sys.path; -S: no site-packages .pth
     # files, so the editable install's import hook for tfapprox is not there.
-    _run([sys.executable, "-I", "-S", str(script)], cwd=tmp_path)
-    response = np.load(tmp_path / "response.npz")
-    expected = _expected_scores(model, features, mask)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}  # the server's log, warnings included
+    result = subprocess.run([sys.executable, "-I", "-S", str(script)], capture_output=True,
+                            cwd=folder, env=env, timeout=300)
+    scored = b"scored without tfapprox" in result.stdout
+    return result, dict(np.load(folder / "response.npz")) if scored else None
+
+
+@needs_tensorflow
+def test_fresh_process_loads_it_without_tfapprox(exported, fresh_process):
+    result, response = fresh_process
+    assert response is not None, result.stderr[-3000:]  # it loaded, scored, never imported us
+    features, mask = _lists(4)
+    expected = _expected_scores(exported[0], features, mask)
     np.testing.assert_allclose(response["lists"][mask], expected[mask], atol=1e-5)
     np.testing.assert_allclose(response["raw"][mask], expected[mask], atol=1e-5)
     np.testing.assert_allclose(response["documents"], expected[mask], atol=1e-5)
@@ -664,37 +704,9 @@ def test_off_layout_requests_are_parsed_to_the_same_scores(exported, loaded):
         serving_default(elwc=tf.constant(elwc))
 
 
-_SECRET = b"SeCr"  # a feature value whose bytes are printable, to be looked for in the log
-
-
 @needs_tensorflow
-def test_wrong_protos_keep_the_request_out_of_the_log(exported, tmp_path):
-    features = np.full((2, 3, NUM_FEATURES), np.frombuffer(_SECRET, "<f4")[0], "float32")
-    elwc, examples = _requests(features, np.ones((2, 3), bool))
-    requests = [
-        ("serving_default", "elwc", examples[:2]),  # a tf.Example per document, to the ELWC one
-        ("serving_default", "elwc", [b"\xff" + _SECRET * 4]),
-        ("score_examples", "examples", elwc),
-        ("score_examples", "examples", [b"\x0a\x05" + _SECRET * 3]),
-    ]
-    np.save(tmp_path / "requests.npy", np.array(requests, dtype=object), allow_pickle=True)
-    script = tmp_path / "serve.py"
-    script.write_text(textwrap.dedent(f"""
-        import numpy as np
-        import tensorflow as tf
-        signatures = tf.saved_model.load({exported[2]!r}).signatures
-        for signature, argument, strings in np.load("requests.npy", allow_pickle=True):
-            try:
-                signatures[signature](**{{argument: tf.constant(list(strings))}})
-            except tf.errors.InvalidArgumentError as error:
-                assert "expects `" + argument + "`" in error.message, error.message
-            else:
-                raise AssertionError(signature + " accepted a wrong proto")
-        print("refused all")
-    """))
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}  # the server's log, warnings included
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, cwd=tmp_path,
-                            env=env, timeout=300)
+def test_wrong_protos_keep_the_request_out_of_the_log(fresh_process):
+    result, _ = fresh_process
     assert result.returncode == 0 and b"refused all" in result.stdout, result.stderr[-3000:]
     assert _SECRET not in result.stderr, result.stderr[-3000:]
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import COMPILE_MODES, registered, registered_losses_in_modes, to_numpy
-from tfapprox import losses, metrics, models
+from tfapprox import losses, metrics, models, pair_sums
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
 
@@ -44,9 +44,15 @@ def dataset(batches=variable_length_batches, weight_shape=None):
     return tf.data.Dataset.from_generator(batches, output_signature=spec)
 
 
+INPUT_SHAPES = {"features": (None, None, NUM_FEATURES), "mask": (None, None)}
+
+
 def fit(loss, mode, metric_list=(), data=None, callbacks=()):
+    """Trains a scorer built beforehand, as the trainer builds it (an unbuilt model creates its
+    variables in the first trace of the train step, which TensorFlow then traces again)."""
     keras.utils.set_random_seed(1)
     model = models.DNNScorer(hidden_units=(8, 4))
+    model.build(INPUT_SHAPES)
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss=loss, metrics=list(metric_list),
                   run_eagerly=mode == "eager", jit_compile=mode in ("xla", "jit"))
     history = model.fit(dataset() if data is None else data, epochs=1, verbose=0,
@@ -85,7 +91,7 @@ def test_every_registered_loss_is_selectable_by_name():
 def untrained_scorer():
     keras.utils.set_random_seed(1)
     scorer = models.DNNScorer(hidden_units=(8, 4))
-    scorer.build({"features": (None, None, NUM_FEATURES), "mask": (None, None)})
+    scorer.build(INPUT_SHAPES)
     return scorer
 
 
@@ -102,11 +108,34 @@ XLA_MODES = [mode for mode in COMPILE_MODES if mode in ("xla", "jit")]
 METRICS_WITH = losses.ApproxNDCGLoss
 
 
-# conftest.SKELETON_VARIANTS train under XLA only (the trainer's mode; jit on JAX).
-@pytest.mark.parametrize("loss, mode", registered_losses_in_modes(FIT_MODES, XLA_MODES))
+# Losses whose train step, traced for a `None` list size, makes no compile-mode choice: the code
+# asks whether XLA compiles it only through `pair_sums.xla_path`, so traced as a graph function
+# they run the same Python and build the same ops as under XLA (their XLA fit checks that they
+# make none), and the TensorFlow kernels of those ops run op by op in tests/test_losses.py. They
+# train under XLA only, as conftest.SKELETON_VARIANTS do (the trainer's mode; jit on JAX); every
+# other loss also as a graph function, where its fit checks that it takes a path of its own.
+NO_COMPILE_MODE_CHOICE = {"ListMLELoss", "SoftmaxLoss", "UniqueSoftmaxLoss",
+                          "CoupledRankDistilLoss", "PairwiseHingeLoss", "SigmoidCrossEntropyLoss",
+                          "SVMMapLoss", "PermuRankLoss"}
+LOSSES_IN_FIT_MODES = [param for param in registered_losses_in_modes(FIT_MODES, XLA_MODES)
+                       if param.values[1] in XLA_MODES
+                       or type(param.values[0]).__name__ not in NO_COMPILE_MODE_CHOICE]
+
+
+def compile_mode_choices(paths):
+    """The `pair_sums.xla_path` choices among paths recorded by `pair_sums.recording_paths`."""
+    return {path for path in paths if path.endswith((": XLA", ": no XLA"))}
+
+
+@pytest.mark.parametrize("loss, mode", LOSSES_IN_FIT_MODES)
 def test_every_loss_trains_on_variable_length_lists(loss, mode):
     metric_list = registered(keras.metrics.Metric) if type(loss) is METRICS_WITH else []
-    model, history = fit(loss, mode, metric_list)
+    with pair_sums.recording_paths() as paths:
+        model, history = fit(loss, mode, metric_list)
+    if mode == "xla" and type(loss).__name__ in NO_COMPILE_MODE_CHOICE:
+        assert not compile_mode_choices(paths), "it needs its graph-mode fit back"
+    if mode == "graph":
+        assert compile_mode_choices(paths), "its graph-mode fit repeats its XLA fit"
     assert len(history["loss"]) == 1 and np.all(np.isfinite(history["loss"]))
     assert all(np.all(np.isfinite(w)) for w in model.get_weights())
     assert not np.allclose(to_numpy(model.hidden_dense[0].kernel),
@@ -251,7 +280,7 @@ def test_dasalc_scorer_trains_on_variable_length_lists(mode):
     keras.utils.set_random_seed(1)
     model = models.DNNScorer(hidden_units=(8, 4), input_transform="log1p", noise_stddev=1.5,
                              attention_layers=1, attention_heads=2, attention_units=8)
-    model.build({"features": (None, None, NUM_FEATURES), "mask": (None, None)})
+    model.build(INPUT_SHAPES)
     before = [to_numpy(w) for w in model.interaction.trainable_weights]
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss=losses.ApproxNDCGLoss(),
                   jit_compile=True)
@@ -269,6 +298,9 @@ class OrdinalScorer(keras.Model):
         super().__init__()
         self.logits = keras.layers.Dense(ordinal_size)
 
+    def build(self, input_shape):
+        self.logits.build(input_shape["features"])
+
     def call(self, inputs):
         return self.logits(inputs["features"])
 
@@ -277,6 +309,7 @@ class OrdinalScorer(keras.Model):
 def test_ordinal_loss_trains_k_outputs_per_document_on_variable_length_lists(mode):
     keras.utils.set_random_seed(1)
     model = OrdinalScorer(3)
+    model.build(INPUT_SHAPES)
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss=losses.OrdinalLoss(ordinal_size=3),
                   jit_compile=True)
     first = model.fit(dataset(), epochs=1, verbose=0).history["loss"]

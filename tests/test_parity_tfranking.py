@@ -1,8 +1,9 @@
 """Parity with TF-Ranking 0.5.5: the same losses and metrics give the same values per list.
 
 TF-Ranking needs TensorFlow 2.15 (Keras 2), so `.ci/tfranking-venv` builds a side virtualenv and
-`tests/tfranking_reference.py` computes TF-Ranking's values there, once, for every batch
-(`TFAPPROX_TFR_PYTHON` may name another interpreter that imports TF-Ranking 0.5.5). When the venv
+`tests/tfranking_reference.py` computes TF-Ranking's values there, once, for every batch, kept
+beside the venv for later runs (tests/build_cache.py; `TFAPPROX_TFR_PYTHON` may name another
+interpreter that imports TF-Ranking 0.5.5). When the venv
 cannot be built the tests fail under CI (`CI=true`) and are skipped elsewhere.
 
 The batches are random and padded: 1 to 16 lists, list sizes from 1 to 40, graded labels 0..4,
@@ -39,11 +40,13 @@ break ties at random, ours by list order). What each comparison normalises, and 
 
 import json
 import math
+import os
 import subprocess
 
 import numpy as np
 import pytest
 
+from build_cache import CACHE_DIR, built_once, digest, venv_identity
 from conftest import REPO, loss_and_grad, side_venv_environment, side_venv_python, to_numpy
 from tfapprox import losses, measures, metrics
 from tfapprox import ops as rank_ops
@@ -110,17 +113,24 @@ def batches():
 
 @pytest.fixture(scope="module")
 def reference(batches, tmp_path_factory):
-    """TF-Ranking's values for `batches`, computed once in the side venv."""
+    """TF-Ranking's values for `batches`, computed once in the side venv and kept (`built_once`)
+    under a digest of the script, the batches and the venv, so the xdist workers and later runs
+    read them instead of starting TensorFlow 2.15 again."""
     python = side_venv_python()
-    folder = tmp_path_factory.mktemp("tfranking")
-    inputs, outputs = folder / "inputs.npz", folder / "outputs.npz"
-    np.savez(inputs, **batches)
-    run = subprocess.run([python, str(REFERENCE_SCRIPT), str(inputs), str(outputs)],
-                         capture_output=True, text=True, timeout=600, env=side_venv_environment())
-    if run.returncode != 0:
-        pytest.fail(f"{REFERENCE_SCRIPT.name} failed under {python}:\n{run.stderr[-4000:]}",
-                    pytrace=False)
-    with np.load(outputs) as values:
+    inputs = tmp_path_factory.mktemp("tfranking") / "inputs.npz"
+
+    def compute(outputs):
+        np.savez(inputs, **batches)
+        run = subprocess.run([python, str(REFERENCE_SCRIPT), str(inputs), outputs],
+                             capture_output=True, text=True, timeout=600,
+                             env=side_venv_environment())
+        if run.returncode != 0:
+            pytest.fail(f"{REFERENCE_SCRIPT.name} failed under {python}:\n{run.stderr[-4000:]}",
+                        pytrace=False)
+
+    key = digest(REFERENCE_SCRIPT.read_bytes(), venv_identity(python), batches)
+    path = os.path.join(CACHE_DIR, "tfranking-reference", f"{key}.npz")
+    with np.load(built_once(path, compute)) as values:
         found = dict(values)
     assert list(found["versions"]) == ["2.15.1", "0.5.5"], found["versions"]
     return found

@@ -1,7 +1,7 @@
 """Exports served by TensorFlow's C++ loader, as TF Serving serves them (tests/cpp_loader.py).
 
-The runner is compiled once per source and TensorFlow wheel into pytest's cache directory; these
-tests are skipped only where no C++ compiler is found.
+The runner is compiled once per source, TensorFlow wheel and compiler into `cpp_loader.CACHE_DIR`,
+kept across runs; these tests are skipped only where no C++ compiler is found.
 """
 
 import os
@@ -22,12 +22,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 
 
 @pytest.fixture(scope="session")
-def runner(request, tmp_path_factory):
+def runner():
     if cpp_loader.compiler() is None:
         pytest.skip("no C++ compiler found (set CXX or install g++)")
-    cache = getattr(request.config, "cache", None)
-    cache_dir = cache.mkdir("cpp_loader") if cache else tmp_path_factory.mktemp("cpp_loader")
-    return cpp_loader.build(cache_dir)
+    return cpp_loader.build(cpp_loader.CACHE_DIR)
 
 
 def _fitted(model, seed):

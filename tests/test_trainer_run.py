@@ -53,11 +53,15 @@ def cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("cache")
 
 
+# The run the module's tests read: dropout on, so that a resumed run must also restore its draws.
+TRAINED = {"model.dropout": 0.3}
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, cache_dir):
     """One finished two-epoch run: `(config, results, printed lines)`."""
     tmp_path = tmp_path_factory.mktemp("trained")
-    config = tiny_config(tmp_path, cache_dir)
+    config = tiny_config(tmp_path, cache_dir, **TRAINED)
     printed = []
     results = train.train(config, print_fn=printed.append)
     return config, results, printed
@@ -113,20 +117,19 @@ def test_tensorboard_logs_hold_metrics_and_the_approximation_gap(trained):
         assert {(tag, 1), (tag, 2)} <= tags["validation"]
 
 
-def test_resumed_run_equals_an_uninterrupted_one(tmp_path, cache_dir):
-    """Two epochs, stop, two more: the same weights, optimizer state and history as four at once."""
-    common = {"model.dropout": 0.3, "data.list_size": 8, "export.enabled": False}
-    interrupted = tiny_config(tmp_path / "a", cache_dir, **common)
-    train.train(interrupted)
+def test_resumed_run_equals_an_uninterrupted_one(trained, tmp_path, cache_dir):
+    """One epoch, stop, one more: the same weights, optimizer state and history as the two epochs
+    of `trained` at once."""
+    config, straight, _ = trained
+    common = {**TRAINED, "export.enabled": False}
+    train.train(tiny_config(tmp_path, cache_dir, **common, **{"train.epochs": 1}))
     printed = []
-    resumed = train.train(tiny_config(tmp_path / "a", cache_dir, **common, **{"train.epochs": 4}),
-                          print_fn=printed.append)
-    assert any("Resuming" in line and "after epoch 2" in line for line in printed)
-    straight = train.train(tiny_config(tmp_path / "b", cache_dir, **common, **{"train.epochs": 4}))
+    resumed = train.train(tiny_config(tmp_path, cache_dir, **common), print_fn=printed.append)
+    assert any("Resuming" in line and "after epoch 1" in line for line in printed)
 
     assert without_timings(resumed["history"]) == without_timings(straight["history"])
-    a = checkpoint.load(tmp_path / "a" / "run")
-    b = checkpoint.load(tmp_path / "b" / "run")
+    a = checkpoint.load(tmp_path / "run")
+    b = checkpoint.load(config.train.run_dir)
     for group in ("model", "optimizer", "best"):
         for x, y in zip(getattr(a, group), getattr(b, group), strict=True):
             np.testing.assert_array_equal(x, y)
@@ -158,7 +161,34 @@ def test_a_damaged_checkpoint_is_a_one_line_error(trained, tmp_path, capsys, dam
     assert err.endswith("; delete it or pass --fresh to start over\n") and err.count("\n") == 1
 
 
-def test_evaluate_and_export_commands(trained, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """`python -m trainer export` of the trained run, as version 7 bound to 12 documents, into a
+    model directory that holds four exports' staging directories: `(model directory, {whose:
+    staging directory})`."""
+    config, _, _ = trained
+    export_dir = tmp_path_factory.mktemp("exported")
+    model_dir = export_dir / "tfapprox_demo"
+    host = socket.gethostname()
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+    staging = {
+        "killed": model_dir / f".tmp-1-{host}-{int(finished.stdout)}-{'0' * 32}",
+        "running": model_dir / f".tmp-1-{host}-{os.getpid()}-{'1' * 32}",  # a live export's
+        "elsewhere": model_dir / f".tmp-1-{host}x-1-{'2' * 32}",  # another host's, recent
+        "old": model_dir / f".tmp-1-{'3' * 32}",  # two days old, its writer not named
+    }
+    for path in staging.values():
+        path.mkdir(parents=True)
+        (path / "saved_model.pb").write_bytes(b"half written")
+    two_days_ago = time.time() - 2 * 24 * 3600
+    os.utime(staging["old"], (two_days_ago, two_days_ago))
+    assert main(["export", "--run-dir", config.train.run_dir, "--export-dir", str(export_dir),
+                 "--version", "7", "--max-documents", "12"]) == 0
+    return model_dir, staging
+
+
+def test_evaluate_and_export_commands(trained, exported, capsys):
     config, results, _ = trained
     run_dir = config.train.run_dir
     assert main(["evaluate", "--run-dir", run_dir]) == 0
@@ -167,32 +197,17 @@ def test_evaluate_and_export_commands(trained, tmp_path, capsys):
         assert evaluation[split] == pytest.approx(results[split], abs=1e-6)
     assert "| ndcg@5 |" in capsys.readouterr().out
 
-    assert main(["export", "--run-dir", run_dir, "--export-dir", str(tmp_path), "--version", "7",
-                 "--max-documents", "12"]) == 0
-    score = tf.saved_model.load(str(tmp_path / "tfapprox_demo" / "7")).signatures["score_features"]
+    model_dir, _ = exported
+    score = tf.saved_model.load(str(model_dir / "7")).signatures["score_features"]
     assert score(features=tf.zeros([1, 12, TINY_DATA["num_features"]]))["scores"].shape == (1, 12)
     with pytest.raises(tf.errors.InvalidArgumentError, match="at most 12 documents"):
         score(features=tf.zeros([2, 7, TINY_DATA["num_features"]]))
 
 
-def test_export_removes_what_killed_exports_left(trained, tmp_path):
-    config, _, _ = trained
-    model_dir = tmp_path / "tfapprox_demo"
-    host = socket.gethostname()
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                              capture_output=True, text=True, check=True)
-    killed = model_dir / f".tmp-1-{host}-{int(finished.stdout)}-{'0' * 32}"
-    running = model_dir / f".tmp-1-{host}-{os.getpid()}-{'1' * 32}"  # a live export's
-    elsewhere = model_dir / f".tmp-1-{host}x-1-{'2' * 32}"  # another host's, recent
-    old = model_dir / f".tmp-1-{'3' * 32}"  # two days old, its writer not named
-    for staging in (killed, running, elsewhere, old):
-        staging.mkdir(parents=True)
-        (staging / "saved_model.pb").write_bytes(b"half written")
-    two_days_ago = time.time() - 2 * 24 * 3600
-    os.utime(old, (two_days_ago, two_days_ago))
-
-    assert main(["export", "--run-dir", config.train.run_dir, "--export-dir", str(tmp_path)]) == 0
-    assert sorted(p.name for p in model_dir.iterdir()) == sorted(["1", running.name, elsewhere.name])
+def test_export_removes_what_killed_exports_left(exported):
+    model_dir, staging = exported
+    assert sorted(p.name for p in model_dir.iterdir()) == sorted(
+        ["7", staging["running"].name, staging["elsewhere"].name])
 
 
 def test_evaluate_needs_a_trained_run(tmp_path):
@@ -299,7 +314,7 @@ def test_mirrored_strategy_is_refused_on_one_device(tmp_path, cache_dir, capsys)
 def test_mixed_precision_and_jit(tmp_path, cache_dir):
     config = tiny_config(tmp_path, cache_dir, **{
         "runtime.mixed_precision": True, "runtime.jit": True, "data.list_size": 12,
-        "train.epochs": 1, "export.enabled": False})
+        "train.epochs": 1, "train.metrics": [], "export.enabled": False})
     results = train.train(config)
     expected = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
     assert results["precision_policy"] == expected
@@ -331,7 +346,7 @@ def test_whole_training_lists_are_bucketed(tmp_path):
     unbucketed = dataclasses.replace(splits, train_buckets=None)
     num_batches = -(-splits.num_train_lists // 8)
     shapes = set()
-    for epoch in range(3):
+    for epoch in range(2):
         bucketed = data.train_dataset(splits, 8, None, seed=(0, epoch))
         lists = epoch_lists(bucketed)  # assert_cardinality fails on another number of batches
         assert int(bucketed.cardinality()) == num_batches
@@ -340,7 +355,7 @@ def test_whole_training_lists_are_bucketed(tmp_path):
         assert sorted(lists) == sorted(epoch_lists(data.train_dataset(unbucketed, 8, None,
                                                                       seed=(0, epoch))))
     assert len(shapes) <= len(splits.train_buckets) + 1
-    unbucketed_shapes = {tuple(labels.shape) for epoch in range(3) for _, labels in
+    unbucketed_shapes = {tuple(labels.shape) for epoch in range(2) for _, labels in
                          data.train_dataset(unbucketed, 8, None, seed=(0, epoch))}
     assert len(unbucketed_shapes) > len(shapes)
 
@@ -354,12 +369,12 @@ def test_whole_training_lists_are_bucketed(tmp_path):
 
 
 def test_bucketed_training_equals_padding_each_batch_to_its_longest(tmp_path, cache_dir):
-    """One batch per epoch: bucketing changes only the padding and the lists' order in the batch."""
+    """One batch, one step: bucketing changes only the padding and the lists' order in the batch."""
     results = {}
     for name, sizes in (("bucketed", [12, 40]), ("unbucketed", None)):
         config = tiny_config(tmp_path / name, cache_dir, **{
-            "train.batch_size": 32, "data.bucket_sizes": sizes, "data.buckets": 0,
-            "export.enabled": False})
+            "train.batch_size": 32, "train.epochs": 1, "train.metrics": [],
+            "data.bucket_sizes": sizes, "data.buckets": 0, "export.enabled": False})
         results[name] = train.train(config)
     for bucketed, unbucketed in zip(results["bucketed"]["history"],
                                     results["unbucketed"]["history"], strict=True):
@@ -374,7 +389,8 @@ def test_jit_compiles_once_per_bucket_through_the_command_line(tmp_path):
     values = config_lib.load_dict("demo")
     config_lib.apply_overrides(values, {
         "data.synthetic": VARIED_LENGTHS, "data.cache_dir": str(tmp_path / "cache"),
-        "model.preset": "B64", "train.batch_size": 8, "train.epochs": 2, "export.enabled": False})
+        "model.preset": "linear", "train.metrics": [], "train.batch_size": 8, "train.epochs": 2,
+        "export.enabled": False})
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(values))
     dump = tmp_path / "xla"
     done = subprocess.run(
@@ -394,22 +410,24 @@ LOSS_PARAMS = {"approx_precision": {"k": 5}, "gumbel_approx_precision": {"k": 5}
                "approx_ndcg": {"alpha": 5.0, "beta": 2.0}}
 
 
-@pytest.mark.parametrize("name", sorted(losses.LOSSES))
-def test_every_loss_compiles_and_steps_by_name(tmp_path, name):
-    """The config's loss name and parameters reach the compiled model (one step on one batch)."""
+def test_every_loss_builds_by_name_and_scores_the_trainers_model(tmp_path):
+    """Every name `--loss` accepts, with its parameters, reaches the trainer's compiled model, whose
+    scores it turns into a finite loss. (Each loss class trains through `model.fit` on lists of a
+    `None` length, compiled and under XLA, in tests/test_fit_variable_lists.py.)"""
     from trainer import distribute
 
-    config = tiny_config(tmp_path, tmp_path, **{"loss.name": name, "loss.params": LOSS_PARAMS.get(name, {})})
-    built = train._build(config, 4, distribute.make("default"))
-    assert type(built.model.loss) is losses.LOSSES[name]
-    for param, value in LOSS_PARAMS.get(name, {}).items():
-        assert built.model.loss.get_config()[param] == value
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 3, (4, 6)).astype("float32")
     labels[:, -1] = -1.0
     inputs = {"features": rng.random((4, 6, 4)).astype("float32"), "mask": labels >= 0}
-    logs = built.model.fit(inputs, labels, batch_size=4, epochs=1, verbose=0).history
-    assert np.isfinite(logs["loss"][0])
+    for name in sorted(losses.LOSSES):
+        params = LOSS_PARAMS.get(name, {})
+        config = tiny_config(tmp_path, tmp_path, **{"loss.name": name, "loss.params": params})
+        model = train._build(config, 4, distribute.make("default")).model
+        assert type(model.loss) is losses.LOSSES[name], name
+        assert {param: model.loss.get_config()[param] for param in params} == params, name
+        value = model.loss(labels, model(inputs, training=True))
+        assert np.isfinite(keras.ops.convert_to_numpy(value)), name
 
 
 def write_letor_parts(directory, num_queries=40, num_features=6):
@@ -428,7 +446,8 @@ def write_letor_parts(directory, num_queries=40, num_features=6):
 
 def test_cv_over_a_grid_selects_on_validation(tmp_path, cache_dir):
     data_dir = write_letor_parts(tmp_path / "letor")
-    values = tiny_config(tmp_path, cache_dir, **{"train.epochs": 1}).to_dict()
+    values = tiny_config(tmp_path, cache_dir, **{
+        "train.epochs": 1, "model.preset": "linear", "train.metrics": []}).to_dict()
     config_lib.apply_overrides(values, {
         "data.synthetic": {}, "data.dir": str(data_dir), "cv.folds": [1, 2],
         "cv.grid": {"loss.params.alpha": [2.0, 20.0]}, "cv.out_dir": str(tmp_path / "cv"),

@@ -7,6 +7,7 @@ and splits of different widths are refused.
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ def fold_config(tmp_path, fold_dir, run_dir=None, **overrides):
     config_lib.apply_overrides(values, {
         "data.dir": str(fold_dir), "data.cache_dir": str(tmp_path / "cache"),
         "model.preset": "linear", "optimizer.name": "adam", "optimizer.learning_rate": 0.01,
-        "train.batch_size": 8, "train.epochs": 1, "train.patience": 0,
+        "train.batch_size": 8, "train.epochs": 1, "train.patience": 0, "train.metrics": [],
         "train.run_dir": str(run_dir or tmp_path / "run"), "export.enabled": False, **overrides,
     })
     return config_lib.Config.from_dict(values)
@@ -44,6 +45,22 @@ def quiet(_):
 @pytest.fixture(scope="module")
 def shared_fold(tmp_path_factory):
     return fold(tmp_path_factory.mktemp("fold"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, shared_fold):
+    """One finished one-epoch run on `shared_fold`: `(its run directory, its results)`. Tests that
+    change a run work on a copy (`copy_of`)."""
+    tmp_path = tmp_path_factory.mktemp("trained")
+    run_dir = tmp_path / "run"
+    return run_dir, train.train(fold_config(tmp_path, shared_fold, run_dir), print_fn=quiet)
+
+
+def copy_of(trained, run_dir):
+    """Copies the trained run to `run_dir` and returns it: a run there resumes from the copy, whose
+    checkpoint names its data by file name, size and time, not by path."""
+    shutil.copytree(trained[0], run_dir)
+    return run_dir
 
 
 # -- run directories -------------------------------------------------------------------------------
@@ -76,10 +93,9 @@ def test_the_cli_refuses_the_users_config_file_as_a_run_directory(tmp_path, shar
     assert user_config.read_text() == before and not (project / "results.json").exists()
 
 
-def test_fresh_removes_only_the_trainers_files(tmp_path, shared_fold):
-    run_dir = tmp_path / "run"
+def test_fresh_removes_only_the_trainers_files(tmp_path, shared_fold, trained):
+    run_dir = copy_of(trained, tmp_path / "run")
     config = fold_config(tmp_path, shared_fold, run_dir)
-    train.train(config, print_fn=quiet)
     (run_dir / "notes.txt").write_text("mine")
     (run_dir / "logs" / "app.log").write_text("mine too")
     own_events = sorted((run_dir / "logs").glob("*/events.out.tfevents.*"))
@@ -180,9 +196,9 @@ def test_evaluate_writes_only_into_a_trainers_run_directory(tmp_path, capsys):
 # -- the data a run reads --------------------------------------------------------------------------
 
 
-def test_evaluate_reads_the_test_file_it_is_given(tmp_path, shared_fold, capsys):
-    run_dir = tmp_path / "run"
-    results = train.train(fold_config(tmp_path, shared_fold, run_dir), print_fn=quiet)
+def test_evaluate_reads_the_test_file_it_is_given(tmp_path, shared_fold, trained, capsys):
+    run_dir = copy_of(trained, tmp_path / "run")
+    results = trained[1]
     other = fold(tmp_path / "other", seed=11)
     assert main(["evaluate", "--run-dir", str(run_dir), "--test", str(other / "test.txt")]) == 0
     out = capsys.readouterr().out
@@ -197,10 +213,9 @@ def test_evaluate_reads_the_test_file_it_is_given(tmp_path, shared_fold, capsys)
     assert again["test"] == pytest.approx(evaluation["test"], abs=1e-6)
 
 
-def test_a_changed_training_split_is_not_resumed(tmp_path):
-    fold_dir = fold(tmp_path / "fold")
-    run_dir = tmp_path / "run"
-    train.train(fold_config(tmp_path, fold_dir, run_dir), print_fn=quiet)
+def test_a_changed_training_split_is_not_resumed(tmp_path, shared_fold, trained):
+    fold_dir = shutil.copytree(shared_fold, tmp_path / "fold")
+    run_dir = copy_of(trained, tmp_path / "run")
     (fold_dir / "train.txt").unlink()
     synthetic.write_letor(fold_dir / "train.txt", 25, 7, 5, seed=5)  # other queries, same path
     with pytest.raises(checkpoint.CheckpointError,
@@ -212,13 +227,11 @@ def test_a_changed_training_split_is_not_resumed(tmp_path):
     assert not any("Resuming" in line for line in printed)
 
 
-def test_the_same_data_under_another_spelling_resumes(tmp_path, monkeypatch):
-    fold_dir = fold(tmp_path / "fold")
-    run_dir = tmp_path / "run"
-    train.train(fold_config(tmp_path, fold_dir, run_dir), print_fn=quiet)
-    monkeypatch.chdir(tmp_path)
+def test_the_same_data_under_another_spelling_resumes(tmp_path, shared_fold, trained, monkeypatch):
+    run_dir = copy_of(trained, tmp_path / "run")
+    monkeypatch.chdir(shared_fold.parent)
     printed = []
-    train.train(fold_config(tmp_path, Path("fold"), run_dir, **{"train.epochs": 2}),
+    train.train(fold_config(tmp_path, Path(shared_fold.name), run_dir, **{"train.epochs": 2}),
                 print_fn=printed.append)
     assert any("Resuming" in line and "after epoch 1" in line for line in printed)
 
@@ -236,11 +249,9 @@ def test_splits_of_different_widths_are_refused_naming_both(tmp_path):
     assert data.resolve(config, print_fn=quiet).num_features == 8
 
 
-def test_evaluate_refuses_data_of_another_width_than_the_model(tmp_path, shared_fold, capsys):
-    run_dir = tmp_path / "run"
-    train.train(fold_config(tmp_path, shared_fold, run_dir), print_fn=quiet)
+def test_evaluate_refuses_data_of_another_width_than_the_model(tmp_path, trained, capsys):
     wide = fold(tmp_path / "wide", num_features=9)
-    assert main(["evaluate", "--run-dir", str(run_dir), "--data-dir", str(wide)]) == 1
+    assert main(["evaluate", "--run-dir", str(trained[0]), "--data-dir", str(wide)]) == 1
     assert "was trained on 5 features, the data given has 9" in capsys.readouterr().err
 
 

@@ -31,8 +31,10 @@ def _logical_right_shift(hashes, bits):
 
 def uniforms(scores, sample_size, seed, salt=None):
     """Returns u ∈ (0, 1) `[B, S, L]`, S = `sample_size`: a hash of (score bits, sample, seed,
-    and the bits of `salt` [B, L] if given) through MurmurHash3's 32-bit finaliser, its top 24
-    bits as (k + ½)/2^24."""
+    and the bits of `salt` [B, L] if given) through MurmurHash3's 32-bit finaliser, its top 23
+    bits k as (k + ½)/2^23, exact in float32, so 2^−24 ≤ u ≤ 1 − 2^−24 and −ln(−ln u) is
+    finite. (24 bits would not be: (2^24 − ½)/2^24 rounds to 1 in float32, and the Gumbel noise
+    of 1 in 2^24 draws was +∞.)"""
     bits = rank_ops._float32_bits(ops.stop_gradient(scores))  # the scores' own hash input
     if salt is not None:
         bits = ops.bitwise_xor(bits * _int32(_MIX_1), rank_ops._float32_bits(salt))
@@ -44,21 +46,28 @@ def uniforms(scores, sample_size, seed, salt=None):
         hashes = ops.bitwise_xor(hashes, _logical_right_shift(hashes, shift))
         if multiplier is not None:
             hashes = hashes * _int32(multiplier)
-    return (ops.cast(_logical_right_shift(hashes, 8), rank_ops.COMPUTE_DTYPE) + 0.5) / 2.0 ** 24
+    return (ops.cast(_logical_right_shift(hashes, 9), rank_ops.COMPUTE_DTYPE) + 0.5) / 2.0 ** 23
+
+
+def _real_maximum(values, mask):
+    """Returns the maximum of each list's real `values` (0 for a list without), no gradient."""
+    top = ops.max(ops.where(mask, values, float("-inf")), axis=-1, keepdims=True,
+                  initial=float("-inf"))
+    return ops.stop_gradient(ops.where(ops.isfinite(top), top, 0.0))
 
 
 def gumbel_log_softmax(scores, mask, sample_size, gumbel_temperature, seed):
     """Returns `sample_size` samples of ln(softmax((s + g)/τ) + 1e-20) over the real documents of
     each list, g ~ Gumbel(0, 1) i.i.d. and τ = `gumbel_temperature` (TF-Ranking's
     `GumbelSampler.sample`), as `[B·S, L]` (the samples of list b in rows b·S … b·S + S − 1),
-    and the mask repeated alike."""
+    and the mask repeated alike. The scores are shifted by their list's maximum first (softmax
+    does not change), so the sum cannot overflow float32 for finite scores: |g| < 17."""
     noise = -ops.log(-ops.log(uniforms(scores, sample_size, seed)))
-    sampled = (ops.expand_dims(scores, 1) + noise) / gumbel_temperature
+    shifted = scores - _real_maximum(scores, mask)
+    sampled = (ops.expand_dims(shifted, 1) + noise) / gumbel_temperature
     masks = ops.broadcast_to(ops.expand_dims(mask, 1), ops.shape(sampled))
-    top = ops.max(ops.where(masks, sampled, float("-inf")), axis=-1, keepdims=True,
-                  initial=float("-inf"))
-    top = ops.stop_gradient(ops.where(ops.isfinite(top), top, 0.0))
-    exp = ops.where(masks, ops.exp(ops.where(masks, sampled - top, 0.0)), 0.0)
+    exp = ops.where(masks, ops.exp(ops.where(masks, sampled - _real_maximum(sampled, masks),
+                                             0.0)), 0.0)
     total = ops.sum(exp, axis=-1, keepdims=True)
     log_probabilities = ops.log(exp / ops.where(total > 0, total, 1.0) + 1e-20)
     shape = (ops.shape(scores)[0] * sample_size, ops.shape(scores)[1])

@@ -82,11 +82,12 @@ GBDT_SETTINGS = (
     Setting("xgboost", "rank:ndcg", grid=(("eta", (0.05, 0.1)), ("max_depth", (4, 6, 8)))),
     Setting("catboost", "YetiRank", (("learning_rate", 0.05),), (("depth", (4, 6, 8)),)),
 )
-# DASALC (tfapprox.models.RECIPES) with each loss (softmax_loss is the paper's),
-# and its ablation: with ApproxNDCG each of its pieces taken away, then the B256 tower it is built
-# on with none of them.
+# DASALC (tfapprox.models.RECIPES) with each loss (softmax_loss is the paper's; RankNet and the
+# pairwise soft zero-one loss are the losses study's strongest on YAHOO's B64), and its
+# ablation: with ApproxNDCG each of its pieces taken away, then the B256 tower it is built on
+# with none of them.
 DASALC_LOSSES = (("approx_ndcg", (("alpha", 10.0),)), ("approx_ap", (("alpha", 10.0),)),
-                 ("softmax_loss", ()))
+                 ("softmax_loss", ()), ("ranknet", ()), ("pairwise_soft_zero_one_loss", ()))
 DASALC_ABLATION = ((("input_transform", "none"),), (("noise_stddev", 0.0),),
                    (("attention_layers", 0),))
 # DASALC with ApproxNDCG given the GBDTs' protocol: per fold, chosen on validation, the log1p

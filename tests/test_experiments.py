@@ -226,7 +226,8 @@ def test_smoke_run_writes_every_table_and_plot(tmp_path):
 
 
 def test_the_dasalc_study_compares_its_losses():
-    assert {s.loss for s in studies()["dasalc"]} == {"approx_ndcg", "approx_ap", "softmax_loss"}
+    assert {s.loss for s in studies()["dasalc"]} == {"approx_ndcg", "approx_ap", "softmax_loss",
+                                                      "ranknet", "pairwise_soft_zero_one_loss"}
 
 
 def test_a_changed_recipe_never_reads_the_old_recipes_results(monkeypatch):

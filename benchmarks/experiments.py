@@ -50,7 +50,9 @@ Studies (`--study`, any subset; the report has the sections of those given):
 
 Every finished run is cached as JSON under --cache (default benchmarks/results/, committed, for the
 shared sets; runs/reports/NAME/cache/ for yours): a rerun skips it, so a killed run resumes where it
-stopped; a cache file that holds no complete result counts as not run. Runs on your sets are keyed by
+stopped; a cache file that holds no complete result counts as not run. A run whose training
+diverges (a non-finite validation measure) is named on its line and left uncached, the others go
+on, and `run` exits with status 1. Runs on your sets are keyed by
 the fingerprint of their fold's files (names, sizes, modification times) too: another DIR under the
 same NAME, or DIR edited in place, never reads them. `report` rebuilds
 results.md and its plots (docs/ for the shared sets, runs/reports/NAME/ for yours) from the cache
@@ -86,9 +88,12 @@ SHARED_FOLDS = (1, 2, 3, 4, 5)
 
 
 def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Path,
-            data_keys) -> None:
-    """Executes every missing run, caching each as soon as it finishes.
+            data_keys) -> int:
+    """Executes every missing run, caching each as soon as it finishes; returns how many diverged.
 
+    A run whose training diverges (the trainer's FloatingPointError: a non-finite validation
+    measure) is reported on its line, left uncached (the report shows it as not run) and the
+    study goes on: one setting's divergence does not cost the rest of a long queue.
     `fold_files`: {set name: {fold: {split: files}}}; `data_keys`: as from `_data_keys`.
     """
     planned = list(dict.fromkeys(run for name in fold_files for setting in settings
@@ -97,15 +102,25 @@ def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Pa
     missing = [run for run in planned if read_cached(run.cache_path(cache), print) is None]
     print(f"{len(planned)} runs planned, {len(planned) - len(missing)} cached, "
           f"{len(missing)} to run", flush=True)
+    diverged = 0
     for i, run in enumerate(missing, 1):
-        result = execute(run, fold_files[run.dataset][run.fold], scratch)
+        where = f"[{i}/{len(missing)}] {run.dataset} Fold{run.fold} seed{run.seed} {run.label()}"
+        try:
+            result = execute(run, fold_files[run.dataset][run.fold], scratch)
+        except FloatingPointError as err:
+            diverged += 1
+            print(f"{where}: diverged, not cached: {err}", flush=True)
+            continue
         path = run.cache_path(cache)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".tmp")
         partial.write_text(json.dumps(result, separators=(",", ":")) + "\n")
         os.replace(partial, path)  # a killed run leaves no half-written result
-        print(f"[{i}/{len(missing)}] {run.dataset} Fold{run.fold} seed{run.seed} {run.label()}: "
-              f"{result['wall_seconds']} s", flush=True)
+        print(f"{where}: {result['wall_seconds']} s", flush=True)
+    if diverged:
+        print(f"{diverged} of {len(missing)} runs diverged (listed above); the report shows them "
+              "as not run", file=sys.stderr, flush=True)
+    return diverged
 
 
 def _counting_from(minimum: int):
@@ -227,10 +242,10 @@ def _execute(args, data_sets, fold_files, data_keys) -> int:
     if args.command == "run":
         settings = list(dict.fromkeys(s for name in args.study for s in chosen[name]
                                       if args.loss is None or s.loss in args.loss))
-        run_all(settings, fold_files, args.folds, args.seeds, args.epochs, args.cache, args.work,
-                data_keys)
-        if not args.smoke:
-            return 0
+        diverged = run_all(settings, fold_files, args.folds, args.seeds, args.epochs,
+                           args.cache, args.work, data_keys)
+        if not args.smoke or diverged:
+            return 1 if diverged else 0
     from benchmarks import experiment_report
 
     written = experiment_report.write(chosen, args.study, args.cache, args.out, data_sets,

@@ -87,6 +87,28 @@ def test_run_redoes_an_unreadable_cache_file(tmp_path, capsys):
     assert json.loads(paths[0].read_text())["run"]["fold"] == 1
 
 
+def test_a_diverged_run_is_reported_and_the_study_goes_on(tmp_path, capsys, monkeypatch):
+    """The trainer's FloatingPointError in one run costs that run only: it is named, left
+    uncached, the other runs are cached, and the exit status says a run diverged."""
+    cache, data = tmp_path / "cache", fold_tree(tmp_path / "data")
+    paths = lightgbm_cache_paths(cache, "mine", data)
+    real_execute, calls = experiments.execute, []
+
+    def second_diverges(run, files, scratch):
+        calls.append(run)
+        if len(calls) == 2:
+            raise FloatingPointError("validation ndcg@10 is nan after epoch 3")
+        return real_execute(run, files, scratch)
+
+    monkeypatch.setattr(experiments, "execute", second_diverges)
+    assert experiments.main(["run", *LIGHTGBM, "--data-dir", str(data), "--name", "mine",
+                             "--cache", str(cache), "--work", str(tmp_path / "work")]) == 1
+    out, err = capsys.readouterr()
+    assert "[2/3]" in out and "diverged, not cached: validation ndcg@10 is nan" in out
+    assert "1 of 3 runs diverged" in err
+    assert [path.exists() for path in paths] == [True, False, True]
+
+
 @pytest.mark.parametrize("flags, flag", [
     (["--folds", "7"], "--folds 7"), (["--folds", "0"], "--folds"), (["--epochs", "0"], "--epochs"),
     (["--seeds", "-1"], "--seeds"), (["--name", "../up"], "--name"), (["--name", ""], "--name"),

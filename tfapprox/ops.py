@@ -225,6 +225,14 @@ def _lowest(values, mask):
     return ops.where(ops.isinf(lowest), 0.0, lowest)
 
 
+def real_maximum(values, mask):
+    """Returns each list's highest real value [..., 1] (0 for a list without real documents),
+    without gradient: the shift that keeps a softmax's exponentials from overflowing."""
+    top = ops.max(ops.where(mask, values, float("-inf")), axis=-1, keepdims=True,
+                  initial=float("-inf"))
+    return ops.stop_gradient(ops.where(ops.isfinite(top), top, 0.0))
+
+
 def approx_ranks(scores, mask, alpha, pairwise="auto"):
     """Returns the smooth positions π̂(x) = 1 + Σ_{y≠x, y real} σ(α(s_y − s_x)) (Qin et al. eq. 20).
 

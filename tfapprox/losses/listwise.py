@@ -100,10 +100,7 @@ class WeightedListMLELoss(ListMLELoss):
 def _log_softmax(scores, mask):
     """Returns ln softmax(s)_i over the real documents of each list (0 on padded slots): s_i
     minus the list's log-sum-exp, taken from its largest real score so nothing overflows."""
-    top = ops.max(ops.where(mask, scores, float("-inf")), axis=-1, keepdims=True,
-                  initial=float("-inf"))
-    top = ops.stop_gradient(ops.where(ops.isfinite(top), top, 0.0))
-    shifted = ops.where(mask, scores - top, 0.0)
+    shifted = ops.where(mask, scores - rank_ops.real_maximum(scores, mask), 0.0)
     total = ops.sum(ops.where(mask, ops.exp(shifted), 0.0), axis=-1, keepdims=True)
     return ops.where(mask, shifted - ops.log(ops.where(total > 0, total, 1.0)), 0.0)
 

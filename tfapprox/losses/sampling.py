@@ -49,13 +49,6 @@ def uniforms(scores, sample_size, seed, salt=None):
     return (ops.cast(_logical_right_shift(hashes, 9), rank_ops.COMPUTE_DTYPE) + 0.5) / 2.0 ** 23
 
 
-def _real_maximum(values, mask):
-    """Returns the maximum of each list's real `values` (0 for a list without), no gradient."""
-    top = ops.max(ops.where(mask, values, float("-inf")), axis=-1, keepdims=True,
-                  initial=float("-inf"))
-    return ops.stop_gradient(ops.where(ops.isfinite(top), top, 0.0))
-
-
 def gumbel_log_softmax(scores, mask, sample_size, gumbel_temperature, seed):
     """Returns `sample_size` samples of ln(softmax((s + g)/τ) + 1e-20) over the real documents of
     each list, g ~ Gumbel(0, 1) i.i.d. and τ = `gumbel_temperature` (TF-Ranking's
@@ -63,11 +56,11 @@ def gumbel_log_softmax(scores, mask, sample_size, gumbel_temperature, seed):
     and the mask repeated alike. The scores are shifted by their list's maximum first (softmax
     does not change), so the sum cannot overflow float32 for finite scores: |g| < 17."""
     noise = -ops.log(-ops.log(uniforms(scores, sample_size, seed)))
-    shifted = scores - _real_maximum(scores, mask)
+    shifted = scores - rank_ops.real_maximum(scores, mask)
     sampled = (ops.expand_dims(shifted, 1) + noise) / gumbel_temperature
     masks = ops.broadcast_to(ops.expand_dims(mask, 1), ops.shape(sampled))
-    exp = ops.where(masks, ops.exp(ops.where(masks, sampled - _real_maximum(sampled, masks),
-                                             0.0)), 0.0)
+    top = rank_ops.real_maximum(sampled, masks)
+    exp = ops.where(masks, ops.exp(ops.where(masks, sampled - top, 0.0)), 0.0)
     total = ops.sum(exp, axis=-1, keepdims=True)
     log_probabilities = ops.log(exp / ops.where(total > 0, total, 1.0) + 1e-20)
     shape = (ops.shape(scores)[0] * sample_size, ops.shape(scores)[1])

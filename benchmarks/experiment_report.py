@@ -542,14 +542,14 @@ def _losses(rows, gbdts, data, folds):
         for other in against.values() for m in metrics) + " |" for r in ran]
     if ran and gbdt is not None:
         lines += ["", _chosen_against(ran, gbdt, folds)]
-    lines += ["", _losses_summary(rows, approx, gbdt, data, folds)]
+    lines += ["", _losses_summary(rows, ran, approx, gbdt, data, folds)]
     return "\n".join(lines) + "\n"
 
 
-def _losses_summary(rows, approx, gbdt, data, folds):
-    """Says, in test NDCG@10, which losses are significantly ahead of and behind ApproxNDCG and
-    the GBDT reference, and which seed losses are behind softmax_loss or lambdarank."""
-    ran = [r for r in rows if r.cell(folds, "ndcg@10") is not None]
+def _losses_summary(rows, ran, approx, gbdt, data, folds):
+    """Says, in test NDCG@10, which losses (`ran`: the `rows` with results) are significantly
+    ahead of and behind ApproxNDCG and the GBDT reference, and which seed losses are behind
+    softmax_loss or lambdarank."""
     if not ran:
         return f"No loss of this study has run on {data.name}."
     seeds = sorted({len(r.complete_seeds(folds)) for r in ran})

@@ -247,9 +247,9 @@ def _neural(run: Run, files: dict[str, list[str]], num_features: int,
 
 def _num_features(files: dict[str, list[str]]) -> int:
     """Returns F as the trainer finds it: the largest feature index in the fold's files."""
-    paths = [path for split in SPLITS for path in files[split]]
-    return _largest_feature_index(tuple((path, os.stat(path).st_size, os.stat(path).st_mtime_ns)
-                                        for path in paths))
+    stats = [(path, os.stat(path)) for split in SPLITS for path in files[split]]
+    return _largest_feature_index(tuple((path, stat.st_size, stat.st_mtime_ns)
+                                        for path, stat in stats))
 
 
 @functools.lru_cache(maxsize=16)  # the runs of a fold read the same files: scanned once

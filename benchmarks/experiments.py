@@ -244,8 +244,10 @@ def _execute(args, data_sets, fold_files, data_keys) -> int:
                                       if args.loss is None or s.loss in args.loss))
         diverged = run_all(settings, fold_files, args.folds, args.seeds, args.epochs,
                            args.cache, args.work, data_keys)
-        if not args.smoke or diverged:
-            return 1 if diverged else 0
+        if diverged:
+            return 1
+        if not args.smoke:
+            return 0
     from benchmarks import experiment_report
 
     written = experiment_report.write(chosen, args.study, args.cache, args.out, data_sets,

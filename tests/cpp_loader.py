@@ -7,7 +7,6 @@ and compiler, keeping the binary in `cache_dir` (the tests': `CACHE_DIR`, kept a
 outputs as numpy arrays, or raises `CppError` with the status message the C++ session returned.
 """
 
-import hashlib
 import os
 import shutil
 import struct
@@ -16,7 +15,7 @@ import subprocess
 import numpy as np
 
 from build_cache import CACHE_DIR as _CACHE_ROOT
-from build_cache import built_once
+from build_cache import built_once, digest
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "saved_model_runner.cc")
 CACHE_DIR = os.path.join(_CACHE_ROOT, "cpp_loader")
@@ -68,8 +67,7 @@ def build(cache_dir):
     ]
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     with open(SOURCE, "rb") as source:
-        key = hashlib.sha256(source.read() + " ".join(
-            [*command, tf.__version__, version]).encode()).hexdigest()[:16]
+        key = digest(source.read(), *command, tf.__version__, version)
 
     def compile_to(partial):
         built = subprocess.run(command + ["-o", partial], capture_output=True, text=True)

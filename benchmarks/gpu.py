@@ -1,6 +1,6 @@
 """The device check: tfapprox on whatever accelerator JAX sees, beside Rax, against the card's limits.
 
-    python -m benchmarks.gpu [--rax] [--tiny] [--round-seconds 0.2] [--rounds 5]
+    python -m benchmarks.gpu [--rax] [--tiny] [--paths] [--round-seconds 0.2] [--rounds 5]
 
 Keras runs on JAX and TensorFlow is never imported, so this needs numpy, Keras and JAX only (and
 Rax with `--rax`): it runs on a GPU machine that has no TensorFlow. It prints, in one run:
@@ -25,11 +25,19 @@ Rax with `--rax`): it runs on a GPU machine that has no TensorFlow. It prints, i
    matmul peak of (1) in the same precision that the scorer's dense layers reach (6 FLOPs per
    weight per document: forward, and the two matmuls of the backward pass).
 
+`--paths` prints, instead of 1-4, the pair-sum losses (ApproxNDCG, ApproxAP, RankNet) at the same
+sizes under each setting of `tfapprox.pair_sums`' compiled-mode switches, timed in alternating
+rounds with each other (and Rax's, with `--rax`): the default; one exp per pair instead of
+per-document factors (`FACTORED_EXPONENTIALS = False`); the backward passes with their constants
+at every list size (`CONSTANT_FREE_ABOVE` unbounded); both; and for lists above `BLOCKED_ABOVE`,
+dense pairs and blocks of 1024 columns. It shows which path is fastest on the device at hand.
+
 `--tiny` runs the same code at small sizes on any device in seconds (the suite runs it on CPU so
 that it cannot rot); its figures mean nothing.
 """
 
 import argparse
+import contextlib
 import functools
 import importlib.metadata
 import os
@@ -45,7 +53,7 @@ import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tfapprox import losses  # noqa: E402
+from tfapprox import losses, pair_sums  # noqa: E402
 from tfapprox.models import PRESETS, build_scorer  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -151,8 +159,7 @@ def long_list_memory(list_size):
     labels, scores = lists(list_size, 1)
     gradient = gradient_of(losses.ApproxNDCGLoss(alpha=ALPHA), True)
     compiled = gradient.lower(labels, scores).compile()
-    analysis = compiled.memory_analysis()
-    temporary = getattr(analysis, "temp_size_in_bytes", None) if analysis is not None else None
+    temporary = temporary_bytes(compiled)
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     before = stats.get("bytes_in_use") if stats else None
     jax.block_until_ready(compiled(labels, scores))
@@ -179,6 +186,83 @@ def loss_rows(sizes, seconds, rounds, rax_losses):
             rows.append((row, list_size, batch, mine, theirs, path))
             print(f"  {rows[-1]}", file=sys.stderr, flush=True)
     return rows
+
+
+# --paths: (name, {pair_sums switch: value}, applies to lists of this size)
+PATH_VARIANTS = (
+    ("default", {}, lambda size: True),
+    ("per-pair exps", {"FACTORED_EXPONENTIALS": False}, lambda size: True),
+    ("factored exps", {"PER_PAIR_EXPS_ON_GPU_UP_TO": 0}, lambda size: True),
+    ("constants kept", {"CONSTANT_FREE_ABOVE": 2 ** 31}, lambda size: True),
+    ("per-pair exps, constants kept", {"FACTORED_EXPONENTIALS": False,
+                                       "CONSTANT_FREE_ABOVE": 2 ** 31}, lambda size: True),
+    ("dense pairs", {"BLOCKED_ABOVE": 2 ** 31}, lambda size: size > pair_sums.BLOCKED_ABOVE),
+    ("blocks of 1024", {"PAIR_BLOCK": 1024}, lambda size: size > pair_sums.BLOCKED_ABOVE),
+)
+PATH_LOSSES = ("ApproxNDCG", "ApproxAP", "RankNet")
+
+
+@contextlib.contextmanager
+def switched(settings):
+    """Sets `tfapprox.pair_sums` module switches for the duration (tracing reads them)."""
+    saved = {name: getattr(pair_sums, name) for name in settings}
+    for name, value in settings.items():
+        setattr(pair_sums, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(pair_sums, name, value)
+
+
+def path_rows(sizes, seconds, rounds, rax_losses):
+    """Returns [(row, list size, batch, variant, lists/s, path)] of `--paths`: each variant
+    compiled under its switches, then all timed in alternating rounds (Rax's last, as "Rax")."""
+    rows = []
+    for row in PATH_LOSSES:
+        ours = losses.get(OUR_LOSSES[row])
+        for list_size, batch in sizes:
+            labels, scores = lists(list_size, batch)
+            names, steps, temporaries, paths = [], [], [], []
+            for name, settings, applies in PATH_VARIANTS:
+                if not applies(list_size):
+                    continue
+                with switched(settings):
+                    compiled = gradient_of(ours, True).lower(labels, scores).compile()
+                    paths.append(pair_paths.describe(pair_paths.traced_on_jax(ours, labels,
+                                                                              scores)))
+                names.append(name)
+                steps.append(blocking(compiled, labels, scores))
+                temporaries.append(temporary_bytes(compiled))
+            if rax_losses:
+                compiled = gradient_of(rax_losses[row], False).lower(labels, scores).compile()
+                names.append("Rax")
+                steps.append(blocking(compiled, labels, scores))
+                temporaries.append(temporary_bytes(compiled))
+                paths.append("")
+            rates = best_rate(steps, seconds, rounds)
+            for name, rate, temporary, path in zip(names, rates, temporaries, paths):
+                rows.append((row, list_size, batch, name, rate * batch, temporary, path))
+                print(f"  {rows[-1]}", file=sys.stderr, flush=True)
+    return rows
+
+
+def temporary_bytes(compiled):
+    """Returns the temporary memory XLA planned for a compiled function, or None."""
+    analysis = compiled.memory_analysis()
+    return getattr(analysis, "temp_size_in_bytes", None) if analysis is not None else None
+
+
+def path_table(rows):
+    lines = [("| loss | list size | batch | path setting | lists/s | / default | XLA's temporaries "
+              "| path |"), "|---|---:|---:|---|---:|---:|---:|---|"]
+    default = {}
+    for row, list_size, batch, name, rate, temporary, path in rows:
+        default.setdefault((row, list_size), rate)  # the first variant is the default
+        lines.append(f"| {row} | {list_size} | {batch} | {name} | {rate:,.0f} "
+                     f"| {rate / default[(row, list_size)]:.2f}× | {megabytes(temporary)} "
+                     f"| {path} |")
+    return "\n".join(lines)
 
 
 def dense_weights_per_document(preset, num_features):
@@ -264,6 +348,11 @@ def main(argv=None):
     parser.add_argument("--rax", action="store_true", help="time Rax's losses beside ours")
     parser.add_argument("--tiny", action="store_true",
                         help="small sizes: seconds on a CPU, figures meaningless (the suite's check)")
+    parser.add_argument("--paths", action="store_true",
+                        help="time the pair-sum losses under each compiled-mode switch instead")
+    parser.add_argument("--lists", default=None,
+                        help="list sizes and batches to time, as 300x256,60000x1 (default: "
+                             "10x4096,100x1024,1000x64,10000x4; --tiny 10x4,40x2)")
     parser.add_argument("--round-seconds", type=float, default=None,
                         help="seconds per timed round (default 0.2; --tiny 0.01)")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5; --tiny 1)")
@@ -271,10 +360,17 @@ def main(argv=None):
     scale = "tiny" if args.tiny else "full"
     seconds = args.round_seconds or (0.01 if args.tiny else 0.2)
     rounds = args.rounds or (1 if args.tiny else 5)
+    sizes = (tuple(tuple(int(n) for n in pair.split("x")) for pair in args.lists.split(","))
+             if args.lists else SIZES[scale])
     started = time.perf_counter()
     rax_losses = _rax_losses(import_rax()) if args.rax else None
 
     print(describe_device(), flush=True)
+    if args.paths:
+        print("\nForward+backward of the pair-sum losses under each path setting:")
+        print(path_table(path_rows(sizes, seconds, rounds, rax_losses)), flush=True)
+        print(f"\nWall time {time.perf_counter() - started:.0f} s")
+        return
     peak, temporary = long_list_memory(LONG_LIST[scale])
     print(f"\nOne list of {LONG_LIST[scale]:,} documents, ApproxNDCG forward+backward: peak device "
           f"memory {megabytes(peak)}, XLA's temporaries {megabytes(temporary)}", flush=True)
@@ -285,7 +381,7 @@ def main(argv=None):
         f"{dtype} {flops / 1e12:,.2f} TFLOP/s" for dtype, flops in peaks.items()), flush=True)
 
     print("\nForward+backward of each loss (gradient of the mean loss w.r.t. the scores):")
-    print(loss_table(loss_rows(SIZES[scale], seconds, rounds, rax_losses), args.rax), flush=True)
+    print(loss_table(loss_rows(sizes, seconds, rounds, rax_losses), args.rax), flush=True)
 
     train = TRAIN[scale]
     weights = dense_weights_per_document(train["preset"], train["features"])

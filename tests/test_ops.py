@@ -458,6 +458,24 @@ def test_jax_kernels_are_taken_on_jax(mode, monkeypatch):
     assert _paths_traced(losses.get("ranknet"), mode).get("logistic gradient") == ranknet
 
 
+@pytest.mark.skipif(backend() != "jax", reason="the GPU's paths are JAX's")
+def test_a_gpu_takes_dense_pairs_and_per_pair_exponentials(monkeypatch):
+    """On a GPU (simulated: `pair_sums.on_gpu`), pairs are summed densely at every list size, and
+    lists up to PER_PAIR_EXPS_ON_GPU_UP_TO take one exp per pair, longer ones the factors; the
+    CPU keeps blocks above BLOCKED_ABOVE and the factors."""
+    monkeypatch.setattr(pair_sums, "BLOCKED_ABOVE", 5)  # the traced lists hold 6
+    monkeypatch.setattr(pair_sums, "PER_PAIR_EXPS_ON_GPU_UP_TO", 6)
+    for name in ("approx_ndcg", "ranknet"):
+        on_cpu = _paths_traced(losses.get(name), "xla")
+        assert on_cpu["pairs"] == {"blocked"} and "exps" not in on_cpu, on_cpu
+    monkeypatch.setattr(pair_sums, "on_gpu", lambda: True)
+    for name in ("approx_ndcg", "ranknet"):
+        assert _paths_traced(losses.get(name), "xla")["pairs"] == {"dense"}
+        assert _paths_traced(losses.get(name), "xla")["exps"] == {"per pair"}
+    monkeypatch.setattr(pair_sums, "PER_PAIR_EXPS_ON_GPU_UP_TO", 5)
+    assert _paths_traced(losses.get("ranknet"), "xla")["exps"] == {"factored where lists fit"}
+
+
 @pytest.mark.skipif(backend() != "jax", reason="reads the HLO that jax.jit compiles")
 @pytest.mark.parametrize("name, batch, list_size, tensors",
                          [("approx_ndcg", 2, 64, 0), ("approx_ap", 2, 64, 0), ("ranknet", 2, 64, 2)])

@@ -6,14 +6,16 @@ them (figures from docs/benchmarks.md, "How" and "Long lists"):
 
 - Blocked sums (`pairwise`, PAIR_BLOCK, BLOCKED_ABOVE): lists longer than 1024 documents are
   summed 256 columns at a time, so no `[B, L, L]` tensor exists (one list of 60,000 would need
-  14 GB per such tensor; blocked, ApproxNDCG's peak RSS was 925 MiB).
+  14 GB per such tensor; blocked, ApproxNDCG's peak RSS was 925 MiB). Not on a GPU (JAX), whose
+  XLA writes no such tensor dense: there dense ran 2–2.9× as fast.
 - One block at a time on TensorFlow (`_one_step_at_a_time`): with up to 10 loop steps in flight
   (TensorFlow's default) a list of 60,000 peaked at 1.6 GB instead of 1.1 GB.
 - Custom gradients (`_pair_sums`): the backward pass is one pass over the pairs (a matmul, or
   one fused reduction under XLA), not a second trip through autodiff's broadcast graph.
 - Factored exponentials under XLA (FACTORED_EXPONENTIALS, `_exponential_factors`): e^{v_k − v_j}
   as a product of two per-document factors, two exps per document instead of one per pair, where
-  every list spans at most 2·EXP_LIMIT; chosen from CPU measurements.
+  every list spans at most 2·EXP_LIMIT; chosen from CPU measurements. On a GPU (JAX), lists up
+  to PER_PAIR_EXPS_ON_GPU_UP_TO (512) take one exp per pair, faster there.
 - Loops of 0 or 1 steps under XLA (`_only_if`): the per-pair fallback runs only for the batches
   that need it; XLA turns an `ops.cond` of plain arithmetic into a select that computes both.
 - Elementwise sums without XLA (ELEMENTWISE_SUMS_UP_TO, `_row_sums`): lists of a static size up
@@ -35,9 +37,9 @@ them (figures from docs/benchmarks.md, "How" and "Long lists"):
   sort keys (ListMLE's) are ordered by a bitonic network of vectorised compare-exchanges instead
   of XLA's sort or a count (ListMLE at list 1000 4,300 → 11,000 lists/s, at 100 1.5× counting).
 
-FACTORED_EXPONENTIALS, COUNTED_ORDER_UP_TO, NETWORK_ORDER_UP_TO and ELEMENTWISE_SUMS_UP_TO are
-module settings read when a function is traced, so a run on another device (a GPU) can take the
-other path (`benchmarks/losses.py`).
+FACTORED_EXPONENTIALS, PER_PAIR_EXPS_ON_GPU_UP_TO, COUNTED_ORDER_UP_TO, NETWORK_ORDER_UP_TO,
+ELEMENTWISE_SUMS_UP_TO, BLOCKED_ABOVE and PAIR_BLOCK are module settings read when a function is
+traced (`benchmarks/losses.py` and `benchmarks/gpu.py --paths` time the other paths).
 """
 
 import contextlib
@@ -98,6 +100,11 @@ def recording_paths():
 # Pairwise sums (Σ_j f(x_k, x_j) for every k) over lists longer than BLOCKED_ABOVE documents are
 # computed PAIR_BLOCK columns at a time, forward and backward (pairwise="auto"): memory
 # O(B·L·PAIR_BLOCK) instead of O(B·L²). "dense" and "blocked" force either way.
+# On a GPU (JAX) "auto" is dense at every size: there XLA fuses each pass over the pairs into its
+# reduction and writes no [B, L, L] tensor. On an H200, ApproxNDCG, ApproxAP and RankNet over one
+# list of 60,000 documents planned 57, 113 and 56 MiB of temporaries dense (61, 62 and 61 MiB
+# blocked) and ran 2.4×, 2.0× and 2.6× as fast as blocked; 2.1–2.9× at 4 lists of 10,000
+# (docs/benchmarks.md, "GPU").
 PAIRWISE_MODES = ("auto", "dense", "blocked")
 BLOCKED_ABOVE = 1024
 PAIR_BLOCK = 256
@@ -105,8 +112,10 @@ PAIR_BLOCK = 256
 
 def _dense_or_blocked(pairwise, like, dense, blocked):
     """Returns `dense()` or `blocked()`, as `pairwise` says; "auto" takes `blocked()` for lists
-    of `like` [B, L] longer than BLOCKED_ABOVE: chosen when tracing if L is static, else when
-    the graph runs."""
+    of `like` [B, L] longer than BLOCKED_ABOVE (chosen when tracing if L is static, else when
+    the graph runs), except on a GPU (`on_gpu`), where it is always dense."""
+    if pairwise == "auto" and on_gpu():
+        pairwise = "dense"
     if pairwise == "auto":
         list_size = like.shape[1]
         if list_size is None:
@@ -318,13 +327,38 @@ def first_or_fallback(use_first, first, fallback, *inputs):
 # Under XLA, pair exponentials come from per-document factors where the lists fit them (measured
 # faster on CPU); False takes one exp per pair everywhere, to compare on another device.
 FACTORED_EXPONENTIALS = True
+# Per-pair exps on a GPU (JAX): there an exp per pair is cheap and the factored path's loop of 0
+# or 1 steps (`_only_if`) costs a round trip to the host. On an H200, one exp per pair ran
+# ApproxNDCG, ApproxAP and RankNet 1.3×, 2.0× and 1.3× as fast at list 10 (batch 4096) and
+# 1.1–1.2× at 100, and 0.88–0.93× as fast at 1000 (docs/benchmarks.md, "GPU"); so lists of a
+# static size up to this take it there.
+PER_PAIR_EXPS_ON_GPU_UP_TO = 512
+
+
+def on_gpu():
+    """Whether the code is traced for JAX on a GPU (JAX's default backend)."""
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
+def factored_exponentials_apply(values):
+    """Whether pair exponentials of the `[B, L]` values come from per-document factors where the
+    lists fit them (FACTORED_EXPONENTIALS; on a GPU, lists longer than PER_PAIR_EXPS_ON_GPU_UP_TO)."""
+    list_size = values.shape[1]
+    factored = FACTORED_EXPONENTIALS and not (
+        list_size is not None and list_size <= PER_PAIR_EXPS_ON_GPU_UP_TO and on_gpu())
+    record("exps", "factored where lists fit" if factored else "per pair")
+    return factored
 
 
 def _factored_or_per_pair(fits, by_factors, by_pairs, *inputs):
     """Returns `by_factors(*inputs)` where the bool scalar `fits` is True, else
-    `by_pairs(*inputs)` (`first_or_fallback`); always the latter without FACTORED_EXPONENTIALS."""
-    record("exps", "factored where lists fit" if FACTORED_EXPONENTIALS else "per pair")
-    if not FACTORED_EXPONENTIALS:
+    `by_pairs(*inputs)` (`first_or_fallback`); always the latter where factored exponentials do
+    not apply to the first input's lists (`factored_exponentials_apply`)."""
+    if not factored_exponentials_apply(inputs[0]):
         return by_pairs(*inputs)
     return first_or_fallback(fits, by_factors, by_pairs, *inputs)
 

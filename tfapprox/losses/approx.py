@@ -35,7 +35,7 @@ class ApproxNDCGLoss(base.RankingLoss):
             Blocked, in `tfapprox.pair_sums.PAIR_BLOCK` (256) columns at a time with a backward
             pass that recomputes each block: O(B·L·256) memory instead of O(B·L²). "auto" blocks
             lists longer than `tfapprox.pair_sums.BLOCKED_ABOVE` (1024), at run time if L is
-            None.
+            None; on a GPU under JAX it is dense at every size (XLA writes no pair tensor there).
         temperature: TF-Ranking's name for 1/alpha (its default 0.1 is alpha 10); given, it
             sets alpha.
         lambda_weight: must be None (TF-Ranking takes and ignores it).

@@ -31,7 +31,9 @@ class Selected:
         self.setting, self.dataset = setting, dataset
         self.planned = len(folds) * len(seeds)
         self.by_fold_seed = {}
-        self.seconds = {}  # (fold, seed) -> wall seconds of every grid point: what choosing cost
+        # (fold, seed) -> wall seconds of every grid point, an ensemble's members included: what
+        # choosing cost (None where a member's result is missing)
+        self.seconds = {}
         for fold in folds:
             for seed in seeds:
                 points = runs_of(setting, dataset, [fold], [seed], epochs, data_keys)
@@ -39,7 +41,7 @@ class Selected:
                 if None not in found:  # every grid point, or the choice is not made
                     self.by_fold_seed[fold, seed] = max(
                         found, key=lambda r: r["validation"][SELECT_METRIC])
-                    self.seconds[fold, seed] = sum(r["wall_seconds"] for r in found)
+                    self.seconds[fold, seed] = _seconds(points, found, cache, say)
 
     @property
     def seeds(self):
@@ -62,8 +64,8 @@ class Selected:
 
     def seconds_per_fold(self, folds):
         """Mean wall seconds to train (every grid point of) one fold, over the complete seeds."""
-        seeds = self.complete_seeds(folds)
-        return float(np.mean([self.seconds[f, s] for f in folds for s in seeds])) if seeds else None
+        seconds = [self.seconds[f, s] for f in folds for s in self.complete_seeds(folds)]
+        return float(np.mean(seconds)) if seconds and None not in seconds else None
 
     def validation_mean(self, folds):
         """Mean validation NDCG@10 of the selected runs of the complete seeds."""
@@ -81,6 +83,16 @@ class Selected:
                 if keep:
                     out[fold, qid] = float(value)
         return out
+
+
+def _seconds(runs, results, cache, say):
+    """Returns the wall seconds of `runs` (their cached `results`), with those of each ensemble's
+    members, which were trained as single runs; None where a member's result is missing."""
+    members = [read_cached(m.cache_path(cache), say)
+               for run in runs if run.members > 1 for m in run.member_runs()]
+    if None in members:
+        return None
+    return sum(r["wall_seconds"] for r in [*results, *members])
 
 
 def _query_mean(test, metric, zero_empty):
@@ -157,9 +169,10 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_direct(rows["direct"], rows["chen"], data, folds))
         if "lightgbm" in shown:
             parts.append(_lightgbm(shown, data, folds))
-        if {"gbdt", "dasalc", "dasalc_ablation", "dasalc_tuned"} & shown.keys():
-            parts.append(_gbdt_and_dasalc(rows["gbdt"], rows["dasalc"] + rows["dasalc_ablation"],
-                                          rows["dasalc_tuned"], data, folds))
+        if {"gbdt", "dasalc", "dasalc_ensemble", "dasalc_ablation", "dasalc_tuned"} & shown.keys():
+            parts.append(_gbdt_and_dasalc(
+                rows["gbdt"], rows["dasalc"] + rows["dasalc_ensemble"] + rows["dasalc_ablation"],
+                rows["dasalc_tuned"], data, folds))
         if "losses" in shown:
             parts.append(_losses(rows["losses"], rows["gbdt"], data, folds))
         if "precision" in shown:
@@ -380,11 +393,11 @@ def _lightgbm(rows, data, folds):
 
 
 def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
-    """The GBDT references, DASALC, its ablation and DASALC tuned on validation, each against the
-    reference: the GBDT with the best validation NDCG@10 on this set."""
+    """The GBDT references, DASALC, its ensemble, its ablation and DASALC tuned on validation,
+    each against the reference: the GBDT with the best validation NDCG@10 on this set."""
     lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
-             f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_ablation "
-             f"dasalc_tuned {data.flags()}`. Seconds per "
+             f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_ensemble "
+             f"dasalc_ablation dasalc_tuned {data.flags()}`. Seconds per "
              "fold: wall time of every grid point of a fold on one thread, training and scoring, "
              "mean over folds and seeds (as the runs measured it: on a shared machine, compare "
              "them only roughly). Paired tests use the seeds both rows have.\n",
@@ -394,7 +407,12 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
         return "\n".join(lines) + "\n"
     lines += [f"Reference (best GBDT by validation {SELECT_METRIC}): "
               f"**{reference.setting.label()}**.\n",
-              "DASALC (`--preset dasalc`) with each loss, then with ApproxNDCG each piece taken "
+              "DASALC (`--preset dasalc`) with each loss, then its ensemble (`ensemble of k "
+              "seeds`: DASALC-ens of Qin et al., ICLR 2021; ensemble seed s averages the scores, "
+              "each standardised within its list, of the single runs of seeds k·s … k·s + k − 1, "
+              "so ensemble seed 0 is made of seeds 0 … k − 1 of the single row above; its "
+              "seconds are its k members' training, k times a single run's, plus scoring them), "
+              "then with ApproxNDCG each piece taken "
               "away (`[input_transform=none]`: no log1p; `[noise_stddev=0.0]`: no input noise; "
               "`[attention_layers=0]`: no self-attention), then the B256 tower alone, then "
               "DASALC given the GBDTs' protocol (`∈`: the options chosen per fold on validation "

@@ -1,9 +1,11 @@
 """One run of the experiments: a model trained on one fold with one seed, evaluated per test query.
 
 A run is a `Run` (a `DataSet`'s name, fold, seed, scorer or GBDT, loss and its parameters,
-epochs). Neural and AdaRank runs go through the trainer (`trainer.train.train`, resumable), the
-GBDTs through their own libraries (LightGBM lambdarank, XGBoost rank:ndcg, CatBoost YetiRank, one
-thread each, early stopping on validation NDCG@10); all are scored on the fold's test files by the
+epochs, members). Neural and AdaRank runs go through the trainer (`trainer.train.train`,
+resumable), the GBDTs through their own libraries (LightGBM lambdarank, XGBoost rank:ndcg,
+CatBoost YetiRank, one thread each, early stopping on validation NDCG@10), an ensemble through
+its members' checkpoints (single runs of other seeds), whose scores it combines
+(`ensemble_scores`); all are scored on the fold's test files by the
 same code (`per_query_metrics`, built on `tfapprox.metrics`), so every model is measured alike.
 """
 
@@ -70,19 +72,29 @@ class Run:
     # A recipe scorer's own arguments (`recipe_arguments`): a changed recipe gets new keys, so it
     # never reads the results of the one before.
     recipe: tuple[tuple[str, Any], ...] = ()
+    # k > 1: the ensemble of the k runs of seeds k·seed ... k·seed + k − 1 (`member_runs`)
+    members: int = 1
 
     def label(self) -> str:
         """Returns the configuration without fold and seed, e.g. `B64 approx_ndcg(alpha=10)`."""
         mixed = "" if self.precision == "float32" else f" {self.precision}"
         optimizer = "".join(f" {k}={v}" for k, v in self.optimizer)
         return (f"{self.model}{scorer_label(self.scorer)} "
-                f"{self.loss}({', '.join(f'{k}={v}' for k, v in self.params)}){optimizer}{mixed}")
+                f"{self.loss}({', '.join(f'{k}={v}' for k, v in self.params)}){optimizer}{mixed}"
+                f"{ensemble_label(self.members)}")
+
+    def member_runs(self) -> list["Run"]:
+        """Returns the single runs an ensemble combines: this run with one member and each of
+        the seeds k·seed ... k·seed + k − 1 (k = `members`), so ensemble seed 0 is made of the
+        single runs of seeds 0 ... k − 1; a single run's is itself."""
+        return [dataclasses.replace(self, members=1, seed=self.members * self.seed + i)
+                for i in range(self.members)]
 
     def cache_path(self, cache: Path) -> Path:
         fields = dataclasses.asdict(self)
         # runs cached before a field existed keep their names while it holds its default
         for field, before in (("precision", "float32"), ("scorer", ()), ("data", ""),
-                              ("recipe", ()), ("optimizer", ())):
+                              ("recipe", ()), ("optimizer", ()), ("members", 1)):
             if getattr(self, field) == before:
                 del fields[field]
         digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
@@ -90,8 +102,9 @@ class Run:
         mixed = "" if self.precision == "float32" else f"-{self.precision}"
         model = self.model + "".join(f",{k}={v}" for k, v in self.scorer)
         optimizer = "".join(f"-{k}={v}" for k, v in self.optimizer)
+        ensemble = "" if self.members == 1 else f"-ensemble{self.members}"
         return (cache / self.dataset / model
-                / f"{self.loss}-{params}{optimizer}-e{self.epochs}{mixed}"
+                / f"{self.loss}-{params}{optimizer}-e{self.epochs}{mixed}{ensemble}"
                 / f"Fold{self.fold}-seed{self.seed}-{digest}.json")
 
 
@@ -124,6 +137,11 @@ def recipe_arguments(model: str) -> tuple[tuple[str, Any], ...]:
 def scorer_label(scorer: tuple[tuple[str, Any], ...]) -> str:
     """Returns `[key=value, ...]` for scorer options, or "" for none."""
     return f"[{', '.join(f'{k}={v}' for k, v in scorer)}]" if scorer else ""
+
+
+def ensemble_label(members: int) -> str:
+    """Returns ` ensemble of k seeds` for an ensemble of k members, or "" for a single run."""
+    return f" ensemble of {members} seeds" if members > 1 else ""
 
 
 def read_cached(path: Path, say: Callable[[str], None]) -> dict[str, Any] | None:
@@ -193,6 +211,8 @@ def execute(run: Run, files: dict[str, list[str]], scratch: Path) -> dict[str, A
     if run.model in GBDTS:
         boosted = {"lightgbm": _lightgbm, "xgboost": _xgboost, "catboost": _catboost}[run.model]
         result = boosted(run, files, num_features)
+    elif run.members > 1:
+        result = _ensemble(run, files, num_features, scratch)
     else:
         result = _neural(run, files, num_features, scratch)
     result["run"] = dataclasses.asdict(run)
@@ -209,18 +229,15 @@ def trainer_config(dataset: str) -> dict[str, Any]:
     return config_lib.load_dict(name if name in config_lib.PRESETS else None)
 
 
-def _neural(run: Run, files: dict[str, list[str]], num_features: int,
-            scratch: Path) -> dict[str, Any]:
-    """Trains through the trainer, with its preset named like the set (ohsumed, mq2008) or else
-    its defaults, and the protocol's epochs, patience and selection."""
-    import keras
-
+def _run_config(run: Run, files: dict[str, list[str]], num_features: int, scratch: Path):
+    """Returns the trainer's `Config` of a single neural run: its preset named like the set
+    (ohsumed, mq2008) or else its defaults, and the protocol's epochs, patience and selection;
+    its run directory (checkpoint) is `scratch` / the run's cache path without `.json`."""
     from trainer import config as config_lib
-    from trainer import train
 
     preset = trainer_config(run.dataset)
     config_lib.apply_overrides(preset, {
-        # the test files are scored below, query by query: the trainer needs only train and vali
+        # the test files are scored here, query by query: the trainer needs only train and vali
         "data.train": files["train"], "data.vali": files["vali"], "data.num_features": num_features,
         "data.cache_dir": str(scratch / "data"),
         **({"model.kind": "adarank", "model.adarank_measure": run.loss}
@@ -234,15 +251,86 @@ def _neural(run: Run, files: dict[str, list[str]], num_features: int,
         "train.run_dir": str(scratch / run.cache_path(Path()).with_suffix("")),
         "export.enabled": False,
     })
-    config = config_lib.Config.from_dict(preset)
+    return config_lib.Config.from_dict(preset)
+
+
+def _train(config) -> dict[str, Any]:
+    """Trains (or resumes) the run of `config` through the trainer; returns its results."""
+    import keras
+
+    from trainer import train
+
     keras.backend.clear_session()
-    results = train.train(config, print_fn=lambda _: None)
-    model = train.restore_best(config, num_features).eval_model
-    qids, labels, features = read_split(files["test"], num_features)
-    scores = _score(model, features)
+    return train.train(config, print_fn=lambda _: None)
+
+
+def _best_model(config, num_features: int):
+    """Returns the evaluation model with the best weights of `config`'s checkpoint."""
+    from trainer import train
+
+    return train.restore_best(config, num_features).eval_model
+
+
+def _neural(run: Run, files: dict[str, list[str]], num_features: int,
+            scratch: Path) -> dict[str, Any]:
+    """Trains through the trainer (`_run_config`) and scores the test files query by query."""
+    config = _run_config(run, files, num_features, scratch)
+    results = _train(config)
+    test = _Split(files, "test", num_features)
     return {"validation": {SELECT_METRIC: results["validation"][SELECT_METRIC]},
-            "qids": qids, "test": per_query_metrics(labels, scores),
+            "qids": test.qids,
+            "test": per_query_metrics(test.labels, _score(_best_model(config, num_features),
+                                                          test.features)),
             "history": results["history"], "best_epoch": results["best_epoch"]}
+
+
+def _member_model(member: Run, files: dict[str, list[str]], num_features: int, scratch: Path):
+    """Returns an ensemble member's evaluation model: restored from the finished checkpoint in
+    its run directory under `scratch` (`_run_config`), else trained (or resumed) there first.
+
+    The runner caches a member's own result before its ensemble runs (`run_all`), so a member
+    trained here is one whose result is cached but whose checkpoint is not in `scratch`."""
+    from trainer import checkpoint
+
+    config = _run_config(member, files, num_features, scratch)
+    saved = checkpoint.load(config.train.run_dir)
+    if saved is None or not (saved.state.stopped_early or saved.state.epoch >= member.epochs):
+        _train(config)
+    return _best_model(config, num_features)
+
+
+def ensemble_scores(member_scores: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """Returns the ensemble's score of each document of each list: the mean over the k members
+    of each member's scores standardised within the list,
+
+        s(x) = 1/k Σ_m (s_m(x) − μ_m) / σ_m,
+
+    μ_m and σ_m the mean and standard deviation of member m's scores over the list's documents
+    (a list whose scores from member m are all equal gets 0 from it: it says nothing of the
+    order). Standardising puts the members' scores, each on its own scale, on one.
+    `member_scores[m][q]`: member m's scores of list q's documents (no padding), float64 out.
+    """
+    def standardised(scores: np.ndarray) -> np.ndarray:
+        scores = np.asarray(scores, np.float64)
+        if np.ptp(scores) == 0:
+            return np.zeros_like(scores)
+        return (scores - scores.mean()) / scores.std()
+
+    return [np.mean([standardised(s) for s in lists], axis=0) for lists in zip(*member_scores)]
+
+
+def _ensemble(run: Run, files: dict[str, list[str]], num_features: int,
+              scratch: Path) -> dict[str, Any]:
+    """Scores validation and test with each member of the ensemble `run` (`Run.member_runs`,
+    `_member_model`) and combines their scores by `ensemble_scores`."""
+    vali, test = _Split(files, "vali", num_features), _Split(files, "test", num_features)
+    scored = {"vali": [], "test": []}
+    for member in run.member_runs():
+        model = _member_model(member, files, num_features, scratch)
+        scored["vali"].append(_score(model, vali.features))
+        scored["test"].append(_score(model, test.features))
+    return _measured(vali, ensemble_scores(scored["vali"]),
+                     test, ensemble_scores(scored["test"]))
 
 
 def _num_features(files: dict[str, list[str]]) -> int:
@@ -268,22 +356,35 @@ def _score(model, features: list[np.ndarray]) -> list[np.ndarray]:
 
 
 class _Split:
-    """One split's queries for a GBDT: by query (to score) and stacked (to train)."""
+    """One split's queries: by query (to score) and, for a GBDT, stacked (to train)."""
 
     def __init__(self, files: dict[str, list[str]], split: str, num_features: int):
         self.qids, self.labels, self.features = read_split(files[split], num_features)
-        self.x, self.y = np.concatenate(self.features), np.concatenate(self.labels)
         self.groups = [len(y) for y in self.labels]
+
+    @functools.cached_property
+    def x(self) -> np.ndarray:
+        return np.concatenate(self.features)
+
+    @functools.cached_property
+    def y(self) -> np.ndarray:
+        return np.concatenate(self.labels)
+
+
+def _measured(vali: _Split, vali_scores, test: _Split, test_scores) -> dict[str, Any]:
+    """Returns what the cache keeps of scores given per query: the validation NDCG@10 in the
+    trainer's convention (the mean over the queries with a relevant document, as
+    `tfapprox.metrics.NDCG` averages whole lists) and the per-query test metrics."""
+    measured = per_query_metrics(vali.labels, vali_scores)
+    return {"validation": {SELECT_METRIC: mean_over_relevant(measured, SELECT_METRIC)},
+            "qids": test.qids, "test": per_query_metrics(test.labels, test_scores)}
 
 
 def _gbdt_result(files, num_features, vali: _Split, predict, best_round) -> dict[str, Any]:
     """Scores a trained GBDT (`predict`: [n, F] -> [n]) on validation and test, per query."""
-    measured = per_query_metrics(vali.labels, [predict(f) for f in vali.features])
     test = _Split(files, "test", num_features)
-    return {"validation": {SELECT_METRIC: mean_over_relevant(measured, SELECT_METRIC)},
-            "qids": test.qids, "test": per_query_metrics(test.labels,
-                                                         [predict(f) for f in test.features]),
-            "best_epoch": best_round}
+    return {**_measured(vali, [predict(f) for f in vali.features],
+                        test, [predict(f) for f in test.features]), "best_epoch": best_round}
 
 
 def _xgboost(run: Run, files: dict[str, list[str]], num_features: int) -> dict[str, Any]:

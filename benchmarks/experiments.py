@@ -38,6 +38,11 @@ Studies (`--study`, any subset; the report has the sections of those given):
                on validation, per set
   dasalc       DASALC (Qin et al., ICLR 2021; --preset dasalc) with ApproxNDCG, ApproxAP and
                softmax_loss, its own loss
+  dasalc_ensemble  DASALC-ens (Qin et al., ICLR 2021): DASALC with the pairwise soft zero-one
+               loss trained with 3 seeds, the mean of their scores standardised within each list;
+               ensemble seed s is made of the single runs of seeds 3s, 3s+1, 3s+2 (seed 0 of the
+               dasalc study's seeds 0-2), trained and cached as dasalc's runs where missing,
+               restored from their checkpoints in --work where there
   dasalc_ablation  DASALC with ApproxNDCG without the log1p transform, without the input noise,
                without the self-attention, and the B256 tower with none of them
   dasalc_tuned DASALC with ApproxNDCG under the GBDTs' protocol, chosen per fold on validation
@@ -94,11 +99,14 @@ def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Pa
     A run whose training diverges (the trainer's FloatingPointError: a non-finite validation
     measure) is reported on its line, left uncached (the report shows it as not run) and the
     study goes on: one setting's divergence does not cost the rest of a long queue.
+    An ensemble's members (`Run.member_runs`) are planned before it as runs of their own, so
+    each is trained and cached as a single run, and the ensemble restores their checkpoints.
     `fold_files`: {set name: {fold: {split: files}}}; `data_keys`: as from `_data_keys`.
     """
-    planned = list(dict.fromkeys(run for name in fold_files for setting in settings
+    planned = list(dict.fromkeys(member for name in fold_files for setting in settings
                                  for run in runs_of(setting, name, folds, seeds, epochs,
-                                                    data_keys.get(name))))
+                                                    data_keys.get(name))
+                                 for member in (*run.member_runs(), run)))
     missing = [run for run in planned if read_cached(run.cache_path(cache), print) is None]
     print(f"{len(planned)} runs planned, {len(planned) - len(missing)} cached, "
           f"{len(missing)} to run", flush=True)
@@ -170,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="the first fold, seed 0, 1 epoch, each grid cut to its first point, "
                              "sweeps to two points, Chen et al.'s study to the B64 scorer, "
                              "the direct methods to SoftRank, SVM^map and AdaRank.NDCG, "
-                             "DASALC to ApproxNDCG and one ablation, "
+                             "DASALC to ApproxNDCG, one ablation and an ensemble of 2, "
                              "on OHSUMED (or --data-dir), with cache and work in a temporary "
                              "directory that is removed at the end; then the report")
     return parser

@@ -5,15 +5,17 @@ one fold of every study, LightGBM included, and writes the report with every tab
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from benchmarks import experiments
-from benchmarks.experiment_runs import DataSet, data_key
-from benchmarks.experiment_studies import runs_of, studies
+from benchmarks import experiment_runs, experiments
+from benchmarks.experiment_runs import DataSet, data_key, ensemble_scores, read_cached
+from benchmarks.experiment_studies import Setting, runs_of, studies
 from conftest import REPO, SHARED_DATA
 from tfapprox.data import write_letor, write_splits
 
@@ -239,7 +241,7 @@ def test_smoke_run_writes_every_table_and_plot(tmp_path):
     for title in ("Chen et al. 2009", "Qin et al. 2010", "Yilmaz & Robertson", "SVM^map",
                   "Bruch et al. 2019", "LightGBM lambdarank", "tightness", "Tuned GBDTs",
                   "catboost YetiRank", "xgboost rank:ndcg", "Reference (best GBDT",
-                  "dasalc approx_ndcg"):
+                  "dasalc approx_ndcg", "dasalc approx_ndcg(alpha=10.0) ensemble of 2 seeds"):
         assert title in text
     assert "| not run" not in text, "the smoke run should fill every table"
     assert re.search(r"\(p = \d\.\d{3}\)", text)  # paired tests were computed
@@ -284,3 +286,66 @@ def test_the_losses_smoke_adds_one_run_to_the_others():
 
     others = set(studies()) - {"losses"}
     assert len(run_set({"losses"}) - run_set(others)) == 1
+
+
+def test_ensemble_scores_average_each_members_scores_standardised_within_each_list():
+    members = [[np.array([1.0, 2.0, 3.0]), np.array([5.0, 5.0]), np.array([7.0])],
+               [np.array([10.0, 30.0, 20.0]), np.array([1.0, 2.0]), np.array([-3.0])]]
+    z = np.sqrt(1.5)  # (3 − 2) / std(1, 2, 3)
+    combined = ensemble_scores(members)
+    np.testing.assert_allclose(combined[0], [(-z - z) / 2, (0 + z) / 2, (z + 0) / 2])
+    np.testing.assert_allclose(combined[1], [-0.5, 0.5])  # all-equal scores give zeros
+    np.testing.assert_array_equal(combined[2], [0.0])  # so does a one-document list
+    # each member's own scale and shift are gone: only its order within each list counts
+    rescaled = [members[0], [100.0 * s - 7.0 for s in members[1]]]
+    for a, b in zip(ensemble_scores(rescaled), combined):
+        np.testing.assert_allclose(a, b)
+
+
+def test_single_runs_keep_their_cache_paths_and_an_ensemble_is_made_of_them():
+    cache = REPO / "benchmarks" / "results"
+    single = cache / "MQ2008/dasalc/pairwise_soft_zero_one_loss-default-e40/Fold1-seed0-ef482690d4.json"
+    setting = next(s for s in studies()["dasalc"] if s.loss == "pairwise_soft_zero_one_loss")
+    assert runs_of(setting, "MQ2008", [1], [0], 40)[0].cache_path(cache) == single
+    ensemble = runs_of(studies()["dasalc_ensemble"][0], "MQ2008", [1], [1], 40)[0]
+    assert [m.seed for m in ensemble.member_runs()] == [3, 4, 5]
+    assert ensemble.cache_path(cache).parent.name == "pairwise_soft_zero_one_loss-default-e40-ensemble3"
+    members = runs_of(studies()["dasalc_ensemble"][0], "MQ2008", [1], [0], 40)[0].member_runs()
+    assert [m.cache_path(cache) for m in members] == [
+        run.cache_path(cache) for run in runs_of(setting, "MQ2008", [1], [0, 1, 2], 40)]
+    assert members[0].cache_path(cache) == single and single.exists()
+
+
+def test_an_ensemble_restores_its_cached_members_and_trains_only_a_missing_one(tmp_path,
+                                                                               monkeypatch):
+    from trainer import train
+
+    data, cache, work = fold_tree(tmp_path / "data", folds=1), tmp_path / "cache", tmp_path / "work"
+    files = DataSet("mine", data).folds()
+    setting = Setting("linear", "ranknet", members=2)
+
+    def run_all():
+        return experiments.run_all([setting], {"mine": files}, [1], [0], 1, cache, work, {})
+
+    assert run_all() == 0  # trains and caches both members as single runs, then the ensemble
+    ensemble = runs_of(setting, "mine", [1], [0], 1)[0]
+    first = read_cached(ensemble.cache_path(cache), print)
+    members = [read_cached(m.cache_path(cache), print) for m in ensemble.member_runs()]
+    assert [m["run"]["seed"] for m in members] == [0, 1]
+    num_features = experiment_runs._num_features(files[1])
+    alone = experiment_runs._ensemble(ensemble.member_runs()[1], files[1], num_features, work)
+    assert alone["test"] == members[1]["test"]  # restored and scored alone: the run as trained
+
+    trained, real_train = [], train.train
+
+    def counted_train(config, **kwargs):
+        trained.append(config.train.seed)
+        return real_train(config, **kwargs)
+
+    monkeypatch.setattr(train, "train", counted_train)
+    ensemble.cache_path(cache).unlink()
+    assert run_all() == 0 and trained == []  # its members restored, none trained
+    assert read_cached(ensemble.cache_path(cache), print)["test"] == first["test"]
+    ensemble.cache_path(cache).unlink()
+    shutil.rmtree(work / ensemble.member_runs()[1].cache_path(Path()).with_suffix(""))
+    assert run_all() == 0 and trained == [1]  # cached, but its checkpoint gone: trained again

@@ -100,14 +100,18 @@ def _query_mean(test, metric, zero_empty):
     return float(values[relevant].sum() / (len(values) if zero_empty else relevant.sum()))
 
 
-def paired(a: Selected, b: Selected, folds, metric):
-    """Returns (mean difference a − b, p-value, number of queries), or None without common runs."""
+def paired(a: Selected, b: Selected, folds, metric, all_of_b=False):
+    """Returns (mean difference a − b, p-value, number of queries), or None without common runs.
+
+    Each query's value is averaged over the seeds both rows have, or with `all_of_b` over all
+    of a's and all of b's."""
     from scipy import stats
 
     seeds = sorted(set(a.complete_seeds(folds)) & set(b.complete_seeds(folds)))
     if not seeds:
         return None
-    qa, qb = a.per_query(folds, seeds, metric), b.per_query(folds, seeds, metric)
+    qa = a.per_query(folds, a.complete_seeds(folds) if all_of_b else seeds, metric)
+    qb = b.per_query(folds, b.complete_seeds(folds) if all_of_b else seeds, metric)
     keys = sorted(qa)
     x, y = np.array([qa[k] for k in keys]), np.array([qb[k] for k in keys])
     p = float(stats.ttest_rel(x, y).pvalue) if np.any(x != y) else 1.0
@@ -427,8 +431,24 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
                                   for m in ("ndcg@5", "ndcg@10", "map")) + " |")
     if ran:
         lines += ["", _chosen_against(ran, reference, folds)]
+    lines += [line for row in ran if row.setting.members > 1
+              for line in [_against_every_seed(row, reference, folds)] if line]
     lines += [_points_chosen(row, folds) for row in tuned if row in ran]
     return "\n".join(lines) + "\n"
+
+
+def _against_every_seed(row, reference, folds):
+    """Says how `row` (an ensemble) fares in test NDCG@10 against every seed of `reference`,
+    where the table's test, on the seeds both have, leaves some of the reference's out."""
+    own, theirs = row.complete_seeds(folds), reference.complete_seeds(folds)
+    if not set(theirs) - set(own):
+        return ""
+    diff, p, queries = paired(row, reference, folds, "ndcg@10", all_of_b=True)
+    return (f"\n{row.setting.label()}: ensemble seed{'s' * (len(own) > 1)} {', '.join(map(str, own))} "
+            f"({row.setting.members} trained models each), paired above with the reference's "
+            f"same seeds alone; against all its seeds ({', '.join(map(str, theirs))}), each query "
+            f"averaged over them, test NDCG@10 {diff:+.4f} (p = {p:.3f}, {queries} queries): "
+            f"**{VERDICTS[_standing(diff, p)]}**.")
 
 
 def _points_chosen(row, folds):

@@ -9,6 +9,7 @@ value averaged over the seeds both have (scipy.stats.ttest_rel, two-sided).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import platform
 from pathlib import Path
@@ -431,24 +432,30 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
                                   for m in ("ndcg@5", "ndcg@10", "map")) + " |")
     if ran:
         lines += ["", _chosen_against(ran, reference, folds)]
-    lines += [line for row in ran if row.setting.members > 1
-              for line in [_against_every_seed(row, reference, folds)] if line]
+    lines += [_ensemble_tests(row, ran, reference, folds) for row in ran if row.setting.members > 1]
     lines += [_points_chosen(row, folds) for row in tuned if row in ran]
     return "\n".join(lines) + "\n"
 
 
-def _against_every_seed(row, reference, folds):
-    """Says how `row` (an ensemble) fares in test NDCG@10 against every seed of `reference`,
-    where the table's test, on the seeds both have, leaves some of the reference's out."""
-    own, theirs = row.complete_seeds(folds), reference.complete_seeds(folds)
-    if not set(theirs) - set(own):
-        return ""
-    diff, p, queries = paired(row, reference, folds, "ndcg@10", all_of_b=True)
-    return (f"\n{row.setting.label()}: ensemble seed{'s' * (len(own) > 1)} {', '.join(map(str, own))} "
-            f"({row.setting.members} trained models each), paired above with the reference's "
-            f"same seeds alone; against all its seeds ({', '.join(map(str, theirs))}), each query "
-            f"averaged over them, test NDCG@10 {diff:+.4f} (p = {p:.3f}, {queries} queries): "
-            f"**{VERDICTS[_standing(diff, p)]}**.")
+def _ensemble_tests(row, rows, reference, folds):
+    """Says, in test NDCG@10, how the ensemble `row` fares against the single runs it is made of
+    (their row among `rows`) and against the GBDT `reference`, each query averaged over each
+    row's every seed (the table pairs rows on the seeds both have: for an ensemble, which has
+    fewer, that can leave some of the reference's out)."""
+    single = next((r for r in rows if r.setting == dataclasses.replace(row.setting, members=1)),
+                  None)
+
+    def seeds(other):
+        return ", ".join(map(str, other.complete_seeds(folds)))
+
+    tests = [f"against {name} (seeds {seeds(other)}), {diff:+.4f} (p = {p:.3f}): "
+             f"{VERDICTS[_standing(diff, p)]}"
+             for name, other in (("the single model", single), ("the reference", reference))
+             if other is not None and other.cell(folds, "ndcg@10") is not None
+             for diff, p, _ in [paired(row, other, folds, "ndcg@10", all_of_b=True)]]
+    return (f"\n{row.setting.label()} (ensemble seeds {seeds(row)}; {row.setting.members} "
+            "trained models each), each query's test NDCG@10 averaged over each row's every seed: "
+            f"{'; '.join(tests)}.")
 
 
 def _points_chosen(row, folds):

@@ -414,8 +414,8 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
               f"**{reference.setting.label()}**.\n",
               "DASALC (`--preset dasalc`) with each loss, then its ensemble (`ensemble of k "
               "seeds`: DASALC-ens of Qin et al., ICLR 2021; ensemble seed s averages the scores, "
-              "each standardised within its list, of the single runs of seeds k·s … k·s + k − 1, "
-              "so ensemble seed 0 is made of seeds 0 … k − 1 of the single row above; its "
+              "each standardised within its list, of the single runs of seeds k·s … "
+              "k·s + k − 1, so ensemble seed 0 is made of seeds 0 … k − 1 of the single row above; its "
               "seconds are its k members' training, k times a single run's, plus scoring them), "
               "then with ApproxNDCG each piece taken "
               "away (`[input_transform=none]`: no log1p; `[noise_stddev=0.0]`: no input noise; "

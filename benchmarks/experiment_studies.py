@@ -126,8 +126,8 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     to its first value per axis, each swept study to two points, Chen et al.'s study to the B64
     scorer (the direct methods' reference), the direct methods to the two the report quotes
     published figures for (SoftRank, SVM^map) and AdaRank.NDCG, DASALC to ApproxNDCG with
-    the first piece of its ablation and its ensemble to two members (one run more), and the study of every loss to the reference (the α = 10
-    run bruch_alpha makes) and softmax_loss.
+    the first piece of its ablation and its ensemble of two (one run more), and the study of
+    every loss to the reference (the α = 10 run bruch_alpha makes) and softmax_loss.
     """
     from tfapprox.losses import LOSSES
 

@@ -40,9 +40,10 @@ Studies (`--study`, any subset; the report has the sections of those given):
                softmax_loss, its own loss
   dasalc_ensemble  DASALC-ens (Qin et al., ICLR 2021): DASALC with the pairwise soft zero-one
                loss trained with 3 seeds, the mean of their scores standardised within each list;
-               ensemble seed s is made of the single runs of seeds 3s, 3s+1, 3s+2 (seed 0 of the
-               dasalc study's seeds 0-2), trained and cached as dasalc's runs where missing,
-               restored from their checkpoints in --work where there
+               ensemble seed s is made of the single runs of seeds 3s, 3s+1, 3s+2 (ensemble
+               seed 0: the dasalc study's seeds 0-2; so --seeds 0 reuses those, the default
+               seeds train 3-8), trained and cached as dasalc's runs where missing, restored
+               from their checkpoints in --work where there
   dasalc_ablation  DASALC with ApproxNDCG without the log1p transform, without the input noise,
                without the self-attention, and the B256 tower with none of them
   dasalc_tuned DASALC with ApproxNDCG under the GBDTs' protocol, chosen per fold on validation

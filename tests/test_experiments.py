@@ -304,12 +304,14 @@ def test_ensemble_scores_average_each_members_scores_standardised_within_each_li
 
 def test_single_runs_keep_their_cache_paths_and_an_ensemble_is_made_of_them():
     cache = REPO / "benchmarks" / "results"
-    single = cache / "MQ2008/dasalc/pairwise_soft_zero_one_loss-default-e40/Fold1-seed0-ef482690d4.json"
+    single = (cache / "MQ2008" / "dasalc" / "pairwise_soft_zero_one_loss-default-e40"
+              / "Fold1-seed0-ef482690d4.json")
     setting = next(s for s in studies()["dasalc"] if s.loss == "pairwise_soft_zero_one_loss")
     assert runs_of(setting, "MQ2008", [1], [0], 40)[0].cache_path(cache) == single
     ensemble = runs_of(studies()["dasalc_ensemble"][0], "MQ2008", [1], [1], 40)[0]
     assert [m.seed for m in ensemble.member_runs()] == [3, 4, 5]
-    assert ensemble.cache_path(cache).parent.name == "pairwise_soft_zero_one_loss-default-e40-ensemble3"
+    assert (ensemble.cache_path(cache).parent.name
+            == "pairwise_soft_zero_one_loss-default-e40-ensemble3")
     members = runs_of(studies()["dasalc_ensemble"][0], "MQ2008", [1], [0], 40)[0].member_runs()
     assert [m.cache_path(cache) for m in members] == [
         run.cache_path(cache) for run in runs_of(setting, "MQ2008", [1], [0, 1, 2], 40)]

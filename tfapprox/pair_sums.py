@@ -327,8 +327,9 @@ def first_or_fallback(use_first, first, fallback, *inputs):
 # Under XLA, pair exponentials come from per-document factors where the lists fit them (measured
 # faster on CPU); False takes one exp per pair everywhere, to compare on another device.
 FACTORED_EXPONENTIALS = True
-# Per-pair exps on a GPU (JAX): there an exp per pair is cheap and the factored path's loop of 0
-# or 1 steps (`_only_if`) costs a round trip to the host. On an H200, one exp per pair ran
+# Per-pair exps on a GPU (JAX): there an exp per pair is cheap, and the factored path adds a loop
+# of 0 or 1 steps (`_only_if`), which XLA on a GPU drives from the host (the likely cost; not
+# profiled). On an H200, one exp per pair ran
 # ApproxNDCG, ApproxAP and RankNet 1.3×, 2.0× and 1.3× as fast at list 10 (batch 4096) and
 # 1.1–1.2× at 100, and 0.88–0.93× as fast at 1000 (docs/benchmarks.md, "GPU"); so lists of a
 # static size up to this take it there.
@@ -346,7 +347,8 @@ def on_gpu():
 
 def factored_exponentials_apply(values):
     """Whether pair exponentials of the `[B, L]` values come from per-document factors where the
-    lists fit them (FACTORED_EXPONENTIALS; on a GPU, lists longer than PER_PAIR_EXPS_ON_GPU_UP_TO)."""
+    lists fit them (FACTORED_EXPONENTIALS; on a GPU, only lists longer than
+    PER_PAIR_EXPS_ON_GPU_UP_TO)."""
     list_size = values.shape[1]
     factored = FACTORED_EXPONENTIALS and not (
         list_size is not None and list_size <= PER_PAIR_EXPS_ON_GPU_UP_TO and on_gpu())

@@ -97,6 +97,8 @@ def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Pa
             data_keys) -> int:
     """Executes every missing run, caching each as soon as it finishes; returns how many diverged.
 
+    A run that another process cached after the plan was made (two processes sharing a cache,
+    say with disjoint `--loss` lists that overlap at the end) is skipped, not run again.
     A run whose training diverges (the trainer's FloatingPointError: a non-finite validation
     measure) is reported on its line, left uncached (the report shows it as not run) and the
     study goes on: one setting's divergence does not cost the rest of a long queue.
@@ -114,6 +116,9 @@ def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Pa
     diverged = 0
     for i, run in enumerate(missing, 1):
         where = f"[{i}/{len(missing)}] {run.dataset} Fold{run.fold} seed{run.seed} {run.label()}"
+        if read_cached(run.cache_path(cache), lambda _: None) is not None:
+            print(f"{where}: cached meanwhile by another process", flush=True)
+            continue
         try:
             result = execute(run, fold_files[run.dataset][run.fold], scratch)
         except FloatingPointError as err:

@@ -111,6 +111,28 @@ def test_a_diverged_run_is_reported_and_the_study_goes_on(tmp_path, capsys, monk
     assert [path.exists() for path in paths] == [True, False, True]
 
 
+def test_a_run_cached_meanwhile_by_another_process_is_not_run_again(tmp_path, capsys,
+                                                                      monkeypatch):
+    cache, data = tmp_path / "cache", fold_tree(tmp_path / "data")
+    paths = lightgbm_cache_paths(cache, "mine", data)
+    real_execute, calls = experiments.execute, []
+
+    def caches_the_next_one_too(run, files, scratch):  # as a second process would
+        calls.append(run)
+        result = real_execute(run, files, scratch)
+        if len(calls) == 1:
+            paths[1].parent.mkdir(parents=True, exist_ok=True)
+            paths[1].write_text(json.dumps(result))
+        return result
+
+    monkeypatch.setattr(experiments, "execute", caches_the_next_one_too)
+    assert experiments.main(["run", *LIGHTGBM, "--data-dir", str(data), "--name", "mine",
+                             "--cache", str(cache), "--work", str(tmp_path / "work")]) == 0
+    assert re.search(r"^\[2/3\] .*: cached meanwhile by another process$",
+                     capsys.readouterr().out, re.MULTILINE)
+    assert len(calls) == 2 and all(path.exists() for path in paths)
+
+
 @pytest.mark.parametrize("flags, flag", [
     (["--folds", "7"], "--folds 7"), (["--folds", "0"], "--folds"), (["--epochs", "0"], "--epochs"),
     (["--seeds", "-1"], "--seeds"), (["--name", "../up"], "--name"), (["--name", ""], "--name"),

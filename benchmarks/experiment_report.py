@@ -101,18 +101,20 @@ def _query_mean(test, metric, zero_empty):
     return float(values[relevant].sum() / (len(values) if zero_empty else relevant.sum()))
 
 
-def paired(a: Selected, b: Selected, folds, metric, all_of_b=False):
-    """Returns (mean difference a − b, p-value, number of queries), or None without common runs.
+def paired(a: Selected, b: Selected, folds, metric, every_seed=False):
+    """Returns (mean difference a − b, p-value, number of queries), or None without the runs.
 
-    Each query's value is averaged over the seeds both rows have, or with `all_of_b` over all
-    of a's and all of b's."""
+    Each query's value is averaged over the seeds both rows have, or with `every_seed` over
+    each row's own complete seeds."""
     from scipy import stats
 
-    seeds = sorted(set(a.complete_seeds(folds)) & set(b.complete_seeds(folds)))
-    if not seeds:
+    if every_seed:
+        seeds_a, seeds_b = a.complete_seeds(folds), b.complete_seeds(folds)
+    else:
+        seeds_a = seeds_b = sorted(set(a.complete_seeds(folds)) & set(b.complete_seeds(folds)))
+    if not seeds_a or not seeds_b:
         return None
-    qa = a.per_query(folds, a.complete_seeds(folds) if all_of_b else seeds, metric)
-    qb = b.per_query(folds, b.complete_seeds(folds) if all_of_b else seeds, metric)
+    qa, qb = a.per_query(folds, seeds_a, metric), b.per_query(folds, seeds_b, metric)
     keys = sorted(qa)
     x, y = np.array([qa[k] for k in keys]), np.array([qb[k] for k in keys])
     p = float(stats.ttest_rel(x, y).pvalue) if np.any(x != y) else 1.0
@@ -451,8 +453,9 @@ def _ensemble_tests(row, rows, reference, folds):
     tests = [f"against {name} (seeds {seeds(other)}), {diff:+.4f} (p = {p:.3f}): "
              f"{VERDICTS[_standing(diff, p)]}"
              for name, other in (("the single model", single), ("the reference", reference))
-             if other is not None and other.cell(folds, "ndcg@10") is not None
-             for diff, p, _ in [paired(row, other, folds, "ndcg@10", all_of_b=True)]]
+             if other is not None
+             for diff, p, _ in filter(None, [paired(row, other, folds, "ndcg@10",
+                                                    every_seed=True)])]
     return (f"\n{row.setting.label()} (ensemble seeds {seeds(row)}; {row.setting.members} "
             "trained models each), each query's test NDCG@10 averaged over each row's every seed: "
             f"{'; '.join(tests)}.")

@@ -216,7 +216,8 @@ def switched(settings):
 
 
 def path_rows(sizes, seconds, rounds, rax_losses):
-    """Returns [(row, list size, batch, variant, lists/s, path)] of `--paths`: each variant
+    """Returns [(row, list size, batch, variant, lists/s, XLA's temporary bytes, path)] of
+    `--paths`: each variant
     compiled under its switches, then all timed in alternating rounds (Rax's last, as "Rax")."""
     rows = []
     for row in PATH_LOSSES:

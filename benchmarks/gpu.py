@@ -209,7 +209,8 @@ PATH_VARIANTS = (
     ("factored exps", {"PER_PAIR_EXPS_ON_GPU_UP_TO": 0, "PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO": 0},
      lambda size: True),
     ("constants kept", {"CONSTANT_FREE_ABOVE": 2 ** 31}, lambda size: True),
-    ("no constants", {"CONSTANT_FREE_ABOVE": 0}, lambda size: size <= pair_sums.CONSTANT_FREE_ABOVE),
+    ("no constants", {"CONSTANT_FREE_ABOVE": 0},
+     lambda size: size <= pair_sums.CONSTANT_FREE_ABOVE),
     ("per-pair exps, constants kept", {"FACTORED_EXPONENTIALS": False,
                                        "CONSTANT_FREE_ABOVE": 2 ** 31}, lambda size: True),
     ("dense pairs", {"BLOCKED_ABOVE": 2 ** 31}, lambda size: size > pair_sums.BLOCKED_ABOVE),
@@ -276,11 +277,11 @@ def path_table(rows):
              "|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     default = {}
     for row, list_size, batch, name, rate, cpu, temporary, path in rows:
-        default.setdefault((row, list_size), (rate, cpu))  # the first variant is the default
-        default_rate, default_cpu = default[(row, list_size)]
+        default.setdefault((row, list_size, batch), (rate, cpu))  # the first variant is the default
+        default_rate, default_cpu = default[(row, list_size, batch)]
         lines.append(f"| {row} | {list_size} | {batch} | {name} | {rate:,.0f} "
-                     f"| {rate / default_rate:.2f}× | {cpu * 1e6:,.0f} | {default_cpu / cpu:.2f}× "
-                     f"| {megabytes(temporary)} | {path} |")
+                     f"| {rate / default_rate:.2f}× | {cpu * 1e6:,.0f} "
+                     f"| {default_cpu / cpu:.2f}× | {megabytes(temporary)} | {path} |")
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ them (figures from docs/benchmarks.md, "How" and "Long lists"):
   every list spans at most 2·EXP_LIMIT; chosen from CPU measurements. On a GPU (JAX), lists up
   to PER_PAIR_EXPS_ON_GPU_UP_TO (512) take one exp per pair, faster there; on JAX's CPU, the σ
   sums of batches of up to PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO (2^15) pairs do (ApproxAP's step
-  1.1–1.3× less CPU time at lists of 10, batch 256).
+  1.15–1.32× less CPU time in batches of 6,400 to 25,600 pairs).
 - Loops of 0 or 1 steps under XLA (`_only_if`): the per-pair fallback runs only for the batches
   that need it; XLA turns an `ops.cond` of plain arithmetic into a select that computes both.
 - Elementwise sums without XLA (ELEMENTWISE_SUMS_UP_TO, `_row_sums`): lists of a static size up
@@ -344,11 +344,12 @@ PER_PAIR_EXPS_ON_GPU_UP_TO = 512
 # loops of 0 or 1 steps (`_only_if`) with the copies they make (ApproxAP's step at lists of 10,
 # batch 256, compiles to 38 fusions and 2 while loops, per pair to 30 fusions and none). Where a
 # batch holds few pairs, that costs more than the exps it saves. Interleaved A/B on JAX's CPU,
-# median CPU time per step against the factors (docs/benchmarks.md, "Fourth round"): ApproxAP
-# 1.13–1.31× less at up to 25,600 pairs a batch (lists of 8–16), 1.08× at 32,768, 0.90–0.97× from
-# 36,864 (0.78× at lists of 100, batch 64); ApproxNDCG 0.98–1.09× (no change). So the σ sums of
+# median CPU time a step, per pair against the factors (docs/benchmarks.md, "Fourth round"):
+# ApproxAP 1.15–1.32× less from 6,400 to 25,600 pairs a batch (lists of 8 and 10), the same at
+# 32,768 (1.02×), 0.84–0.94× from 36,864 and 0.80–0.82× at lists of 100 (batch 64); ApproxNDCG
+# within the noise (0.95–1.10×, identical settings differing by up to 8 %). So the σ sums of
 # batches of a static shape with at most this many pairs (B·L²) take one exp per pair on JAX's
-# CPU. RankNet's logistic sums keep the factors (0.60–0.92× per pair at the same sizes), and so
+# CPU. RankNet's logistic sums keep the factors (per pair 0.60–0.95× at the same sizes), and so
 # does TensorFlow (not measured there).
 PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO = 2 ** 15
 

@@ -28,9 +28,13 @@ Rax with `--rax`): it runs on a GPU machine that has no TensorFlow. It prints, i
 `--paths` prints, instead of 1-4, the pair-sum losses (ApproxNDCG, ApproxAP, RankNet) at the same
 sizes under each setting of `tfapprox.pair_sums`' compiled-mode switches, timed in alternating
 rounds with each other (and Rax's, with `--rax`): the default; one exp per pair instead of
-per-document factors (`FACTORED_EXPONENTIALS = False`); the backward passes with their constants
-at every list size (`CONSTANT_FREE_ABOVE` unbounded); both; and for lists above `BLOCKED_ABOVE`,
-dense pairs and blocks of 1024 columns. It shows which path is fastest on the device at hand.
+per-document factors (`FACTORED_EXPONENTIALS = False`); the factors wherever the lists fit them
+(`PER_PAIR_EXPS_ON_GPU_UP_TO` and `PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO` 0); the backward passes
+with their constants at every list size (`CONSTANT_FREE_ABOVE` unbounded); per-pair exps with
+constants; for lists up to `CONSTANT_FREE_ABOVE`, the backward passes without constants; and for
+lists above `BLOCKED_ABOVE`, dense pairs and blocks of 1024 columns. Beside the best lists/s it
+prints the median CPU time a step over the rounds (`time.process_time`, steadier than wall time
+where other work shares the machine). It shows which path is fastest on the device at hand.
 
 `--tiny` runs the same code at small sizes on any device in seconds (the suite runs it on CPU so
 that it cannot rot); its figures mean nothing.
@@ -42,6 +46,7 @@ import functools
 import importlib.metadata
 import os
 import pathlib
+import statistics
 import sys
 import time
 import types
@@ -107,8 +112,15 @@ def lists(list_size, batch, seed=0):
 
 
 def best_rate(steps, seconds, rounds):
+    """Returns the best units/s of each of `steps` (`timed_rounds`)."""
+    return [rate for rate, _ in timed_rounds(steps, seconds, rounds)]
+
+
+def timed_rounds(steps, seconds, rounds):
     """Times each of `steps` (callables that run one unit of work and block) in alternating
-    rounds of at least `seconds`; returns the best units/s of each."""
+    rounds of at least `seconds`; returns (best units/s, median CPU seconds per unit) of each,
+    the CPU time being this process's over a round (`time.process_time`, all its threads: on a
+    machine that other work shares, steadier than wall time)."""
     repeats = []
     for step in steps:
         step()  # compiled and warm
@@ -118,13 +130,15 @@ def best_rate(steps, seconds, rounds):
             count += 1
         repeats.append(max(1, int(count / (time.perf_counter() - started) * seconds)))
     best = [0.0] * len(steps)
+    cpu = [[] for _ in steps]
     for _ in range(rounds):
         for i, step in enumerate(steps):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             for _ in range(repeats[i]):
                 step()
             best[i] = max(best[i], repeats[i] / (time.perf_counter() - started))
-    return best
+            cpu[i].append((time.process_time() - cpu_started) / repeats[i])
+    return [(rate, statistics.median(times)) for rate, times in zip(best, cpu)]
 
 
 def blocking(function, *args):
@@ -192,8 +206,11 @@ def loss_rows(sizes, seconds, rounds, rax_losses):
 PATH_VARIANTS = (
     ("default", {}, lambda size: True),
     ("per-pair exps", {"FACTORED_EXPONENTIALS": False}, lambda size: True),
-    ("factored exps", {"PER_PAIR_EXPS_ON_GPU_UP_TO": 0}, lambda size: True),
+    ("factored exps", {"PER_PAIR_EXPS_ON_GPU_UP_TO": 0, "PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO": 0},
+     lambda size: True),
     ("constants kept", {"CONSTANT_FREE_ABOVE": 2 ** 31}, lambda size: True),
+    ("no constants", {"CONSTANT_FREE_ABOVE": 0},
+     lambda size: size <= pair_sums.CONSTANT_FREE_ABOVE),
     ("per-pair exps, constants kept", {"FACTORED_EXPONENTIALS": False,
                                        "CONSTANT_FREE_ABOVE": 2 ** 31}, lambda size: True),
     ("dense pairs", {"BLOCKED_ABOVE": 2 ** 31}, lambda size: size > pair_sums.BLOCKED_ABOVE),
@@ -216,9 +233,9 @@ def switched(settings):
 
 
 def path_rows(sizes, seconds, rounds, rax_losses):
-    """Returns [(row, list size, batch, variant, lists/s, XLA's temporary bytes, path)] of
-    `--paths`: each variant
-    compiled under its switches, then all timed in alternating rounds (Rax's last, as "Rax")."""
+    """Returns [(row, list size, batch, variant, lists/s, median CPU seconds a step, XLA's
+    temporary bytes, path)] of `--paths`: each variant compiled under its switches, then all
+    timed in alternating rounds (Rax's last, as "Rax")."""
     rows = []
     for row in PATH_LOSSES:
         ours = losses.get(OUR_LOSSES[row])
@@ -241,9 +258,9 @@ def path_rows(sizes, seconds, rounds, rax_losses):
                 steps.append(blocking(compiled, labels, scores))
                 temporaries.append(temporary_bytes(compiled))
                 paths.append("")
-            rates = best_rate(steps, seconds, rounds)
-            for name, rate, temporary, path in zip(names, rates, temporaries, paths):
-                rows.append((row, list_size, batch, name, rate * batch, temporary, path))
+            timed = timed_rounds(steps, seconds, rounds)
+            for name, (rate, cpu), temporary, path in zip(names, timed, temporaries, paths):
+                rows.append((row, list_size, batch, name, rate * batch, cpu, temporary, path))
                 print(f"  {rows[-1]}", file=sys.stderr, flush=True)
     return rows
 
@@ -255,14 +272,16 @@ def temporary_bytes(compiled):
 
 
 def path_table(rows):
-    lines = [("| loss | list size | batch | path setting | lists/s | / default | XLA's temporaries "
-              "| path |"), "|---|---:|---:|---|---:|---:|---:|---|"]
+    lines = [("| loss | list size | batch | path setting | lists/s | / default | CPU µs a step "
+              "| default / this (CPU) | XLA's temporaries | path |"),
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     default = {}
-    for row, list_size, batch, name, rate, temporary, path in rows:
-        default.setdefault((row, list_size), rate)  # the first variant is the default
+    for row, list_size, batch, name, rate, cpu, temporary, path in rows:
+        default.setdefault((row, list_size, batch), (rate, cpu))  # the first variant is the default
+        default_rate, default_cpu = default[(row, list_size, batch)]
         lines.append(f"| {row} | {list_size} | {batch} | {name} | {rate:,.0f} "
-                     f"| {rate / default[(row, list_size)]:.2f}× | {megabytes(temporary)} "
-                     f"| {path} |")
+                     f"| {rate / default_rate:.2f}× | {cpu * 1e6:,.0f} "
+                     f"| {default_cpu / cpu:.2f}× | {megabytes(temporary)} | {path} |")
     return "\n".join(lines)
 
 

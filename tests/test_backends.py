@@ -219,17 +219,20 @@ def test_gpu_benchmark_runs_tiny_on_the_cpu_without_tensorflow():
 @pytest.mark.slow
 def test_gpu_benchmark_times_each_path_setting_tiny():
     """`--paths` times each pair-sum loss under every switch setting that applies to the list
-    (the dense and 1024-column variants only above BLOCKED_ABOVE), each with XLA's temporaries."""
+    (the dense and 1024-column variants only above BLOCKED_ABOVE, "no constants" only up to
+    CONSTANT_FREE_ABOVE), each with its CPU time a step and XLA's temporaries."""
     out = run_gpu_benchmark("--tiny", "--paths", "--lists", "12x2")
     rows = [cells for cells in _table_rows(out) if cells[1] == "12"]
-    expected = ["default", "per-pair exps", "factored exps", "constants kept",
+    expected = ["default", "per-pair exps", "factored exps", "constants kept", "no constants",
                 "per-pair exps, constants kept"]  # (benchmarks/gpu.py's PATH_VARIANTS)
     assert [(row[0], row[3]) for row in rows] == [(loss, name) for loss in
                                                   ("ApproxNDCG", "ApproxAP", "RankNet")
                                                   for name in expected]
     for row in rows:
-        assert re.fullmatch(r"[\d,]+", row[4]) and row[5].endswith("×") and row[6].endswith("MiB")
-    assert [row[5] for row in rows][::5] == ["1.00×"] * 3  # each against its default
+        assert re.fullmatch(r"[\d,]+", row[4]) and row[5].endswith("×")
+        assert re.fullmatch(r"[\d,]+", row[6]) and row[7].endswith("×") and row[8].endswith("MiB")
+    for each_default in rows[::len(expected)]:  # each against its default
+        assert each_default[5] == each_default[7] == "1.00×"
 
 
 def _table_rows(text):

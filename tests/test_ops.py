@@ -458,6 +458,22 @@ def test_jax_kernels_are_taken_on_jax(mode, monkeypatch):
     assert _paths_traced(losses.get("ranknet"), mode).get("logistic gradient") == ranknet
 
 
+@pytest.mark.parametrize("mode", [m for m in COMPILE_MODES if m != "eager"])
+def test_small_batches_take_per_pair_sigmoid_exponentials_on_jax(mode, monkeypatch):
+    """Under `jax.jit` on the CPU, the σ sums of batches of up to
+    PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO pairs take one exp per pair, larger ones the factors, and
+    RankNet's logistic sums the factors at every size; TensorFlow's XLA takes the factors
+    everywhere, and without XLA no exps are chosen."""
+    on_jax = backend() == "jax"
+    factored = {"factored where lists fit"} if on_jax or mode == "xla" else None
+    monkeypatch.setattr(pair_sums, "PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO", 2 * 6 * 6)  # traced
+    assert (_paths_traced(losses.get("approx_ndcg"), mode).get("exps")
+            == ({"per pair"} if on_jax else factored))
+    assert _paths_traced(losses.get("ranknet"), mode).get("exps") == factored
+    monkeypatch.setattr(pair_sums, "PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO", 2 * 6 * 6 - 1)
+    assert _paths_traced(losses.get("approx_ndcg"), mode).get("exps") == factored
+
+
 @pytest.mark.skipif(backend() != "jax", reason="the GPU's paths are JAX's")
 def test_a_gpu_takes_dense_pairs_and_per_pair_exponentials(monkeypatch):
     """On a GPU (simulated: `pair_sums.on_gpu`), pairs are summed densely at every list size, and
@@ -486,11 +502,13 @@ def test_jit_writes_tensors_of_pairs_only_where_planned(name, batch, list_size, 
     `tfapprox.pair_sums`); RankNet's backward pass writes its pulls, computed in one loop whose
     reduction YNNPACK takes alone ("Select last"), and no masks: one tensor for the factored
     exponentials and one in the per-pair fallback (`_only_if`). 2 lists of 64 make 8192
-    pairs, enough for XLA to hand the reductions to YNNPACK (from 4096 elements)."""
+    pairs, enough for XLA to hand the reductions to YNNPACK (from 4096 elements), and the σ sums
+    take the factors that larger batches take (PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO lowered)."""
     import jax
     import jax.numpy as jnp
 
     monkeypatch.setattr(pair_sums, "CONSTANT_FREE_ABOVE", list_size - 1)
+    monkeypatch.setattr(pair_sums, "PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO", 0)
     loss = losses.get(name)
     labels, scores = random_batch(rng, batch=batch, list_size=list_size)
     step = jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s))))

@@ -15,7 +15,9 @@ them (figures from docs/benchmarks.md, "How" and "Long lists"):
 - Factored exponentials under XLA (FACTORED_EXPONENTIALS, `_exponential_factors`): e^{v_k − v_j}
   as a product of two per-document factors, two exps per document instead of one per pair, where
   every list spans at most 2·EXP_LIMIT; chosen from CPU measurements. On a GPU (JAX), lists up
-  to PER_PAIR_EXPS_ON_GPU_UP_TO (512) take one exp per pair, faster there.
+  to PER_PAIR_EXPS_ON_GPU_UP_TO (512) take one exp per pair, faster there; on JAX's CPU, the σ
+  sums of batches of up to PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO (2^15) pairs do (ApproxAP's step
+  1.15–1.32× less CPU time in batches of 6,400 to 25,600 pairs).
 - Loops of 0 or 1 steps under XLA (`_only_if`): the per-pair fallback runs only for the batches
   that need it; XLA turns an `ops.cond` of plain arithmetic into a select that computes both.
 - Elementwise sums without XLA (ELEMENTWISE_SUMS_UP_TO, `_row_sums`): lists of a static size up
@@ -37,9 +39,10 @@ them (figures from docs/benchmarks.md, "How" and "Long lists"):
   sort keys (ListMLE's) are ordered by a bitonic network of vectorised compare-exchanges instead
   of XLA's sort or a count (ListMLE at list 1000 4,300 → 11,000 lists/s, at 100 1.5× counting).
 
-FACTORED_EXPONENTIALS, PER_PAIR_EXPS_ON_GPU_UP_TO, COUNTED_ORDER_UP_TO, NETWORK_ORDER_UP_TO,
-ELEMENTWISE_SUMS_UP_TO, BLOCKED_ABOVE and PAIR_BLOCK are module settings read when a function is
-traced (`benchmarks/losses.py` and `benchmarks/gpu.py --paths` time the other paths).
+FACTORED_EXPONENTIALS, PER_PAIR_EXPS_ON_GPU_UP_TO, PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO,
+COUNTED_ORDER_UP_TO, NETWORK_ORDER_UP_TO, ELEMENTWISE_SUMS_UP_TO, BLOCKED_ABOVE and PAIR_BLOCK are
+module settings read when a function is traced (`benchmarks/losses.py` and
+`benchmarks/gpu.py --paths` time the other paths).
 """
 
 import contextlib
@@ -336,6 +339,21 @@ FACTORED_EXPONENTIALS = True
 PER_PAIR_EXPS_ON_GPU_UP_TO = 512
 
 
+# Per-pair σ exps in small batches on JAX's CPU. Beyond its two exps per document, the factored
+# path costs a fixed amount a step: the factors, the test whether every list fits them, and two
+# loops of 0 or 1 steps (`_only_if`) with the copies they make (ApproxAP's step at lists of 10,
+# batch 256, compiles to 38 fusions and 2 while loops, per pair to 30 fusions and none). Where a
+# batch holds few pairs, that costs more than the exps it saves. Interleaved A/B on JAX's CPU,
+# median CPU time a step, per pair against the factors (docs/benchmarks.md, "Fourth round"):
+# ApproxAP 1.15–1.32× less from 6,400 to 25,600 pairs a batch (lists of 8 and 10), the same at
+# 32,768 (1.02×), 0.84–0.94× from 36,864 and 0.80–0.82× at lists of 100 (batch 64); ApproxNDCG
+# within the noise (0.95–1.10×, identical settings differing by up to 8 %). So the σ sums of
+# batches of a static shape with at most this many pairs (B·L²) take one exp per pair on JAX's
+# CPU. RankNet's logistic sums keep the factors (per pair 0.60–0.95× at the same sizes), and so
+# does TensorFlow (not measured there).
+PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO = 2 ** 15
+
+
 def on_gpu():
     """Whether the code is traced for JAX on a GPU (JAX's default backend)."""
     if keras.backend.backend() != "jax":
@@ -345,22 +363,39 @@ def on_gpu():
     return jax.default_backend() == "gpu"
 
 
-def factored_exponentials_apply(values):
+def on_jax_cpu():
+    """Whether the code is traced for JAX on the CPU (JAX's default backend)."""
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
+def factored_exponentials_apply(values, sigmoid_sums=False):
     """Whether pair exponentials of the `[B, L]` values come from per-document factors where the
-    lists fit them (FACTORED_EXPONENTIALS; on a GPU, only lists longer than
-    PER_PAIR_EXPS_ON_GPU_UP_TO)."""
-    list_size = values.shape[1]
-    factored = FACTORED_EXPONENTIALS and not (
-        list_size is not None and list_size <= PER_PAIR_EXPS_ON_GPU_UP_TO and on_gpu())
+    lists fit them (FACTORED_EXPONENTIALS): on a GPU, only lists longer than
+    PER_PAIR_EXPS_ON_GPU_UP_TO; on JAX's CPU, for `sigmoid_sums`, only batches of more than
+    PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO pairs."""
+    batch_size, list_size = values.shape
+    if list_size is None:
+        per_pair = False
+    elif on_gpu():
+        per_pair = list_size <= PER_PAIR_EXPS_ON_GPU_UP_TO
+    else:
+        per_pair = (sigmoid_sums and batch_size is not None
+                    and batch_size * list_size ** 2 <= PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO
+                    and on_jax_cpu())
+    factored = FACTORED_EXPONENTIALS and not per_pair
     record("exps", "factored where lists fit" if factored else "per pair")
     return factored
 
 
-def _factored_or_per_pair(fits, by_factors, by_pairs, *inputs):
+def _factored_or_per_pair(fits, by_factors, by_pairs, *inputs, sigmoid_sums=False):
     """Returns `by_factors(*inputs)` where the bool scalar `fits` is True, else
     `by_pairs(*inputs)` (`first_or_fallback`); always the latter where factored exponentials do
     not apply to the first input's lists (`factored_exponentials_apply`)."""
-    if not factored_exponentials_apply(inputs[0]):
+    if not factored_exponentials_apply(inputs[0], sigmoid_sums):
         return by_pairs(*inputs)
     return first_or_fallback(fits, by_factors, by_pairs, *inputs)
 
@@ -471,7 +506,8 @@ def _dense_sigmoid_sums(values, weights, factored=True):
         if not factored:
             record("exps", "per pair")
             return by_pairs(fixed, *inputs)
-        return _factored_or_per_pair(fits, by_factors, by_pairs, fixed, *inputs)
+        return _factored_or_per_pair(fits, by_factors, by_pairs, fixed, *inputs,
+                                     sigmoid_sums=True)
 
     return (either(sums_by_factors, sums_by_pairs, weights),
             lambda upstream: either(pulled_back_by_factors, pulled_back_by_pairs, weights,

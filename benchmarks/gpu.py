@@ -14,7 +14,7 @@ Rax with `--rax`): it runs on a GPU machine that has no TensorFlow. It prints, i
    Measured first, before anything else has raised the device's peak.
 3. Forward+backward throughput (lists/s) of the ApproxNDCG, ApproxAP, RankNet, ListMLE and Softmax
    losses at lists of 10, 100, 1000 and 10,000 documents (batch 4096, 1024, 64, 4; labels 0..4, no
-   padding), each the gradient of the mean loss with respect to the scores, jitted and warmed up;
+   padding), each the mean loss and its gradient with respect to the scores, jitted and warmed up;
    with `--rax`, beside Rax's `approx_t12n(ndcg_metric)` and `approx_t12n(ap_metric)` (temperature
    1/alpha = 0.1, as ours), `pairwise_logistic_loss`, `listmle_loss` and `softmax_loss`, timed in
    alternating rounds (best of `--rounds`), and the ratio ours / Rax. The path column says which
@@ -147,12 +147,15 @@ def blocking(function, *args):
 
 
 def gradient_of(loss, labels_first):
-    """Returns jit(∂ mean loss / ∂ scores) as a function of (labels, scores)."""
+    """Returns jit(mean loss, ∂ mean loss / ∂ scores) as a function of (labels, scores).
+
+    The value too, as a training step takes it: with the gradient alone, XLA drops the forward
+    pass of a loss whose custom gradient does not need it (RankNet's), and Rax's cannot."""
     if labels_first:
         value = lambda labels, scores: loss(labels, scores)  # noqa: E731  (a Keras loss)
     else:
         value = lambda labels, scores: loss(scores, labels)  # noqa: E731  (a Rax loss)
-    return jax.jit(jax.grad(value, argnums=1))
+    return jax.jit(jax.value_and_grad(value, argnums=1))
 
 
 def matmul_peaks(size, seconds, rounds):
@@ -400,7 +403,7 @@ def main(argv=None):
     print(f"\nMatmul peak ({size}×{size}, measured): " + ", ".join(
         f"{dtype} {flops / 1e12:,.2f} TFLOP/s" for dtype, flops in peaks.items()), flush=True)
 
-    print("\nForward+backward of each loss (gradient of the mean loss w.r.t. the scores):")
+    print("\nForward+backward of each loss (the mean loss and its gradient w.r.t. the scores):")
     print(loss_table(loss_rows(sizes, seconds, rounds, rax_losses), args.rax), flush=True)
 
     train = TRAIN[scale]

@@ -157,8 +157,8 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     published figures for (SoftRank, SVM^map) and AdaRank.NDCG, DASALC to ApproxNDCG with
     the first piece of its ablation and its ensemble of two (one run more), the study of
     every loss to the reference (the α = 10 run bruch_alpha makes) and softmax_loss, and the
-    ensemble of different settings to that DASALC and that reference (one run more, trained
-    by none: its members' checkpoints are the smoke's).
+    ensemble of different settings to those two (one run more, which trains none: it restores
+    their checkpoints).
     """
     from tfapprox.losses import LOSSES
 
@@ -197,7 +197,7 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
                                         members=DASALC_ENSEMBLE)]
     candidates = {(s.model, s.loss): s for name in MIXED_ENSEMBLE_STUDIES for s in found[name]}
     found["mixed_ensemble"] = [
-        ensemble_of("smoke", found["dasalc"][0], found["losses"][0]) if smoke else
+        ensemble_of("smoke", *found["losses"]) if smoke else
         ensemble_of(MIXED_ENSEMBLE_NAME, *(candidates[key] for key in MIXED_ENSEMBLE))]
     if smoke:
         found["dasalc"] = found["dasalc"][:1]

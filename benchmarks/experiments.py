@@ -191,6 +191,7 @@ def _parser() -> argparse.ArgumentParser:
                              "sweeps to two points, Chen et al.'s study to the B64 scorer, "
                              "the direct methods to SoftRank, SVM^map and AdaRank.NDCG, "
                              "DASALC to ApproxNDCG, one ablation and an ensemble of 2, "
+                             "the ensemble of different settings to two B64 losses, "
                              "on OHSUMED (or --data-dir), with cache and work in a temporary "
                              "directory that is removed at the end; then the report")
     return parser

@@ -263,7 +263,9 @@ def test_smoke_run_writes_every_table_and_plot(tmp_path):
     for title in ("Chen et al. 2009", "Qin et al. 2010", "Yilmaz & Robertson", "SVM^map",
                   "Bruch et al. 2019", "LightGBM lambdarank", "tightness", "Tuned GBDTs",
                   "catboost YetiRank", "xgboost rank:ndcg", "Reference (best GBDT",
-                  "dasalc approx_ndcg", "dasalc approx_ndcg(alpha=10.0) ensemble of 2 seeds"):
+                  "dasalc approx_ndcg", "dasalc approx_ndcg(alpha=10.0) ensemble of 2 seeds",
+                  "ensemble of B64 approx_ndcg(alpha=10.0) + B64 softmax_loss() (ensemble seeds 0",
+                  "The ensemble of different settings (issue 30)"):
         assert title in text
     assert "| not run" not in text, "the smoke run should fill every table"
     assert re.search(r"\(p = \d\.\d{3}\)", text)  # paired tests were computed

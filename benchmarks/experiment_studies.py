@@ -129,7 +129,10 @@ DASALC_ENSEMBLE, DASALC_ENSEMBLE_LOSS = 3, "pairwise_soft_zero_one_loss"
 # The report checks the rule against the cache (`experiment_report._mixed_ensemble`).
 MIXED_ENSEMBLE = (("dasalc", "pairwise_soft_zero_one_loss"), ("B64", "unique_softmax_loss"),
                   ("B64", "ranknet"))
-MIXED_ENSEMBLE_NAME = "validation_top3"
+# A variant, not the recipe, added after the recipe's test figures were read: the same rule's
+# best two (its third member, B64 RankNet, had to be trained again on MQ2008 and OHSUMED, and
+# the trainer now gives lower validation figures there than the cached runs the rule ranked).
+MIXED_ENSEMBLES = {"validation_top3": MIXED_ENSEMBLE, "validation_top2": MIXED_ENSEMBLE[:2]}
 MIXED_ENSEMBLE_STUDIES = ("dasalc", "losses")
 # The `losses` study: every loss of `tfapprox.losses.LOSSES`, by its key there (TF-Ranking's
 # RankingLossKey where the class is TF-Ranking's; TF-Ranking's approx_ndcg_loss and list_mle_loss
@@ -196,9 +199,10 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
                                         dict(DASALC_LOSSES)[DASALC_ENSEMBLE_LOSS],
                                         members=DASALC_ENSEMBLE)]
     candidates = {(s.model, s.loss): s for name in MIXED_ENSEMBLE_STUDIES for s in found[name]}
-    found["mixed_ensemble"] = [
-        ensemble_of("smoke", *found["losses"]) if smoke else
-        ensemble_of(MIXED_ENSEMBLE_NAME, *(candidates[key] for key in MIXED_ENSEMBLE))]
+    found["mixed_ensemble"] = (
+        [ensemble_of("smoke", *found["losses"])] if smoke else
+        [ensemble_of(name, *(candidates[key] for key in members))
+         for name, members in MIXED_ENSEMBLES.items()])
     if smoke:
         found["dasalc"] = found["dasalc"][:1]
         found["dasalc_ensemble"] = [dataclasses.replace(found["dasalc"][0], members=2)]

@@ -538,14 +538,15 @@ def _mixed_ensemble(by_set, folds):
              "", "| ensemble | set | test ndcg@10 | best GBDT | ensemble − best GBDT | "
                  "standing |", "|---|---|---|---|---|---|"]
     verdicts = []
-    for i, setting in enumerate(row.setting for row in by_set[sets[0]][1]):
+    for i, setting in enumerate([r.setting for r in by_set[sets[0]][1]]):
         standings, below = [], []
         for name, (_, rows, reference) in by_set.items():
             row = rows[i]
             test = None if reference is None else paired(row, reference, folds, "ndcg@10",
                                                          every_seed=True)
             if test is None:
-                lines.append(f"| {setting.label()} | {name} | not run | — | — | — |")
+                lines.append(f"| {'recipe' if i == 0 else 'variant'}: {setting.label()} | "
+                             f"{name} | not run | — | — | — |")
                 continue
             diff, p, _ = test
             standings.append((diff, _standing(diff, p)))

@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC, read_cached
-from benchmarks.experiment_studies import (LOSS_STUDY_REFERENCE, SEED_CHALLENGERS, SEED_LOSSES,
-                                           YILMAZ_MEASURES, runs_of)
+from benchmarks.experiment_studies import (LOSS_STUDY_REFERENCE, MIXED_ENSEMBLE_STUDIES,
+                                           SEED_CHALLENGERS, SEED_LOSSES, YILMAZ_MEASURES,
+                                           runs_of)
 
 PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
     "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),
@@ -90,7 +91,7 @@ def _seconds(runs, results, cache, say):
     """Returns the wall seconds of `runs` (their cached `results`), with those of each ensemble's
     members, which were trained as single runs; None where a member's result is missing."""
     members = [read_cached(m.cache_path(cache), say)
-               for run in runs if run.members > 1 for m in run.member_runs()]
+               for run in runs if run.ensemble for m in run.member_runs()]
     if None in members:
         return None
     return sum(r["wall_seconds"] for r in [*results, *members])
@@ -153,6 +154,7 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
     (out / "results").mkdir(exist_ok=True)
     unreadable = {}  # one line per file, though several tables read it
     parts = [_header(data_sets, cache, folds, seeds, epochs)]
+    mixed = {}  # set name -> (rows of the candidate studies, the ensembles' rows, the GBDT)
     for data in data_sets:
         parts.append(f"\n## {data.name}\n")
         rows = {name: [Selected(s, data.name, cache, folds, seeds, epochs, unreadable.setdefault,
@@ -176,12 +178,17 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_direct(rows["direct"], rows["chen"], data, folds))
         if "lightgbm" in shown:
             parts.append(_lightgbm(shown, data, folds))
-        if {"gbdt", "dasalc", "dasalc_ensemble", "dasalc_ablation", "dasalc_tuned"} & shown.keys():
+        if {"gbdt", "dasalc", "dasalc_ensemble", "mixed_ensemble", "dasalc_ablation",
+                "dasalc_tuned"} & shown.keys():
             parts.append(_gbdt_and_dasalc(
-                rows["gbdt"], rows["dasalc"] + rows["dasalc_ensemble"] + rows["dasalc_ablation"],
-                rows["dasalc_tuned"], data, folds))
+                rows["gbdt"], rows["dasalc"] + rows["dasalc_ensemble"] + rows["mixed_ensemble"]
+                + rows["dasalc_ablation"], rows["dasalc_tuned"],
+                [r for study in rows.values() for r in study], data, folds))
         if "losses" in shown:
             parts.append(_losses(rows["losses"], rows["gbdt"], data, folds))
+        if "mixed_ensemble" in shown:
+            mixed[data.name] = ([r for name in MIXED_ENSEMBLE_STUDIES for r in rows[name]],
+                                rows["mixed_ensemble"], _gbdt_reference(rows["gbdt"], folds))
         if "precision" in shown:
             parts.append(_precision(rows["precision"], data, folds))
         convention = [r for name in ("chen", "lightgbm") for r in shown.get(name, [])]
@@ -190,6 +197,8 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
         if "bruch_alpha" in shown:
             at_10 = [r for r in rows["bruch_alpha"] if dict(r.setting.params)["alpha"] == 10.0]
             parts.append(_tightness(at_10[0], data, folds, out))
+    if mixed:
+        parts.append(_mixed_ensemble(mixed, folds))
     for line in unreadable:
         say(line)
     path = out / "results.md"
@@ -399,12 +408,13 @@ def _lightgbm(rows, data, folds):
     return "\n".join(lines) + "\n"
 
 
-def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
-    """The GBDT references, DASALC, its ensemble, its ablation and DASALC tuned on validation,
-    each against the reference: the GBDT with the best validation NDCG@10 on this set."""
+def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
+    """The GBDT references, DASALC, its ensembles, its ablation and DASALC tuned on validation,
+    each against the reference: the GBDT with the best validation NDCG@10 on this set;
+    `every_row`: the rows of every study, where an ensemble's members are found."""
     lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
              f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_ensemble "
-             f"dasalc_ablation dasalc_tuned {data.flags()}`. Seconds per "
+             f"mixed_ensemble dasalc_ablation dasalc_tuned {data.flags()}`. Seconds per "
              "fold: wall time of every grid point of a fold on one thread, training and scoring, "
              "mean over folds and seeds (as the runs measured it: on a shared machine, compare "
              "them only roughly). Paired tests use the seeds both rows have.\n",
@@ -419,6 +429,11 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
               "each standardised within its list, of the single runs of seeds k·s … "
               "k·s + k − 1, so ensemble seed 0 is made of seeds 0 … k − 1 of the single row above; its "
               "seconds are its k members' training, k times a single run's, plus scoring them), "
+              "then the ensemble of different settings (`ensemble of a + b + c`, the "
+              "`mixed_ensemble` study: ensemble seed s averages the standardised scores of the "
+              "runs of seed s of the settings it names, rows of the DASALC table and of the table "
+              "of every loss; its members are fixed by a rule on validation alone, after the "
+              "last set; its seconds are its members' training plus scoring them), "
               "then with ApproxNDCG each piece taken "
               "away (`[input_transform=none]`: no log1p; `[noise_stddev=0.0]`: no input noise; "
               "`[attention_layers=0]`: no self-attention), then the B256 tower alone, then "
@@ -434,31 +449,124 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, data, folds):
                                   for m in ("ndcg@5", "ndcg@10", "map")) + " |")
     if ran:
         lines += ["", _chosen_against(ran, reference, folds)]
-    lines += [_ensemble_tests(row, ran, reference, folds) for row in ran if row.setting.members > 1]
+    lines += [_ensemble_tests(row, every_row, reference, folds)
+              for row in ran if row.setting.ensemble]
     lines += [_points_chosen(row, folds) for row in tuned if row in ran]
     return "\n".join(lines) + "\n"
 
 
 def _ensemble_tests(row, rows, reference, folds):
     """Says, in test NDCG@10, how the ensemble `row` fares against the single runs it is made of
-    (their row among `rows`) and against the GBDT `reference`, each query averaged over each
-    row's every seed (the table pairs rows on the seeds both have: for an ensemble, which has
-    fewer, that can leave some of the reference's out)."""
-    single = next((r for r in rows if r.setting == dataclasses.replace(row.setting, members=1)),
-                  None)
+    (the rows among `rows` of its member settings, or of its setting with one member) and against
+    the GBDT `reference`, each query averaged over each row's every seed (the table pairs rows on
+    the seeds both have: for an ensemble, which has fewer, that can leave some of the
+    reference's out)."""
+    members = row.setting.members
+    singles = ([(f"its member {m.label()}", m) for m in members] if isinstance(members, tuple)
+               else [("the single model", dataclasses.replace(row.setting, members=1))])
+    others = [(name, next((r for r in rows if r.setting == setting), None))
+              for name, setting in singles] + [("the reference", reference)]
 
     def seeds(other):
         return ", ".join(map(str, other.complete_seeds(folds)))
 
     tests = [f"against {name} (seeds {seeds(other)}), {diff:+.4f} (p = {p:.3f}): "
              f"{VERDICTS[_standing(diff, p)]}"
-             for name, other in (("the single model", single), ("the reference", reference))
-             if other is not None
+             for name, other in others if other is not None
              for diff, p, _ in filter(None, [paired(row, other, folds, "ndcg@10",
                                                     every_seed=True)])]
-    return (f"\n{row.setting.label()} (ensemble seeds {seeds(row)}; {row.setting.members} "
+    size = len(members) if isinstance(members, tuple) else members
+    return (f"\n{row.setting.label()} (ensemble seeds {seeds(row)}; {size} "
             "trained models each), each query's test NDCG@10 averaged over each row's every seed: "
-            f"{'; '.join(tests)}.")
+            f"{'; '.join(tests)}."
+            + (_members_apart(row, others[:-1]) if isinstance(members, tuple) else ""))
+
+
+def _members_apart(row, members):
+    """Says which members of the mixed ensemble `row` (`members`: (name, row) of each) are
+    not the runs their rows cached: trained again where their checkpoints were gone, by code
+    that has changed since, they score validation differently (`members_validation`)."""
+    apart = {}  # member's name -> [(its validation in the ensemble, cached)]
+    for key, result in row.by_fold_seed.items():
+        for (name, member), value in zip(members, result.get("members_validation", ())):
+            cached = member.by_fold_seed.get(key) if member is not None else None
+            if cached is not None and abs(value - cached["validation"][SELECT_METRIC]) > 1e-4:
+                apart.setdefault(name, []).append((value, cached["validation"][SELECT_METRIC]))
+    return "".join(
+        f" Of {name}, {len(pairs)} of the {len(row.by_fold_seed)} runs the ensemble combines "
+        "are not its cached runs (trained again, their checkpoints gone, by code changed since "
+        f"they were cached): validation {SELECT_METRIC} {np.mean([a for a, _ in pairs]):.4f} "
+        f"against {np.mean([b for _, b in pairs]):.4f} cached, mean over those."
+        for name, pairs in apart.items())
+
+
+def _mixed_ensemble(by_set, folds):
+    """Checks the members of the mixed ensemble study's first setting, its recipe, against their
+    rule on the cache (the settings of `MIXED_ENSEMBLE_STUDIES` run on every fold and seed of
+    every set, by validation NDCG@10 averaged over the sets), and says, set by set, how it and
+    any variant fare against the GBDT reference in test NDCG@10 and whether each meets issue
+    30's target."""
+    sets = list(by_set)
+    recipe = by_set[sets[0]][1][0].setting
+    validation = {}  # setting -> [its validation mean on each set]
+    for candidates, _, _ in by_set.values():
+        for row in candidates:
+            if len(row.by_fold_seed) == row.planned:
+                validation.setdefault(row.setting, []).append(row.validation_mean(folds))
+    ranked = sorted((s for s, means in validation.items() if len(means) == len(sets)),
+                    key=lambda s: -np.mean(validation[s]))
+    k = len(recipe.members)
+
+    def named(setting):
+        return (f"{setting.label()} {np.mean(validation[setting]):.4f} ("
+                + ", ".join(f"{name} {v:.4f}" for name, v in zip(sets, validation[setting]))
+                + ")")
+
+    lines = ["## The ensemble of different settings (issue 30)\n",
+             f"`python -m benchmarks.experiments run --study mixed_ensemble`. The recipe, one "
+             f"for every set: {recipe.label()}, its members fixed by a rule on validation before "
+             f"any of its test figures was read: the {k} settings of the "
+             f"{' and '.join(MIXED_ENSEMBLE_STUDIES)} studies with the best validation "
+             f"{SELECT_METRIC} averaged over {', '.join(sets)} (each set's mean over its folds "
+             "and seeds), among those run on every fold and seed of every set. From the cache, "
+             "best first: " + "; ".join(map(named, ranked[:k + 2])) + ". "
+             + ("The recipe's members are these." if set(ranked[:k]) == set(recipe.members) else
+                "**The recipe's members are not these**: the cache no longer picks them.")
+             + (" Any other ensemble below is a variant, not the recipe: see its comment in "
+                "`benchmarks/experiment_studies.py` for when and why it was added."
+                if len(by_set[sets[0]][1]) > 1 else ""),
+             "", "| ensemble | set | test ndcg@10 | best GBDT | ensemble − best GBDT | "
+                 "standing |", "|---|---|---|---|---|---|"]
+    verdicts = []
+    for i, setting in enumerate([r.setting for r in by_set[sets[0]][1]]):
+        standings, below = [], []
+        for name, (_, rows, reference) in by_set.items():
+            row = rows[i]
+            test = None if reference is None else paired(row, reference, folds, "ndcg@10",
+                                                         every_seed=True)
+            if test is None:
+                lines.append(f"| {'recipe' if i == 0 else 'variant'}: {setting.label()} | "
+                             f"{name} | not run | — | — | — |")
+                continue
+            diff, p, _ = test
+            standings.append((diff, _standing(diff, p)))
+            if diff < 0:
+                below.append(f"{name} ({diff:+.4f}, {'not ' * (p >= SIGNIFICANT)}significantly)")
+            gbdt = _fmt(reference.cell(folds, "ndcg@10"))
+            lines.append(f"| {'recipe' if i == 0 else 'variant'}: {setting.label()} | {name} | "
+                         f"{_fmt(row.cell(folds, 'ndcg@10'))} | {gbdt} "
+                         f"({reference.setting.model}) | {diff:+.4f} (p = {p:.3f}) | "
+                         f"{VERDICTS[_standing(diff, p)]} |")
+        met = (len(standings) == len(sets) and all(d >= 0 for d, _ in standings)
+               and sum(s == "ahead" for _, s in standings) >= 2)
+        verdicts.append(f"{'the recipe' if i == 0 else f'the variant {setting.label()}'}: "
+                        f"**{'met' if met else 'not met'}**"
+                        + (f", below the best GBDT on {', '.join(below)}" if below else ""))
+    lines += ["", "Cells: mean ± std over seeds; differences: each query's test NDCG@10 averaged "
+                  "over each row's every seed, paired t-test. Issue 30's target (at or above the "
+                  "best GBDT on every set, significantly above on at least two): "
+                  + "; ".join(verdicts) + "."]
+    return "\n".join(lines) + "\n"
 
 
 def _points_chosen(row, folds):

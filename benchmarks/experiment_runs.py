@@ -4,8 +4,8 @@ A run is a `Run` (a `DataSet`'s name, fold, seed, scorer or GBDT, loss and its p
 epochs, members). Neural and AdaRank runs go through the trainer (`trainer.train.train`,
 resumable), the GBDTs through their own libraries (LightGBM lambdarank, XGBoost rank:ndcg,
 CatBoost YetiRank, one thread each, early stopping on validation NDCG@10), an ensemble through
-its members' checkpoints (single runs of other seeds), whose scores it combines
-(`ensemble_scores`); all are scored on the fold's test files by the
+its members' checkpoints (single runs: of other seeds, or of other settings), whose scores it
+combines (`ensemble_scores`); all are scored on the fold's test files by the
 same code (`per_query_metrics`, built on `tfapprox.metrics`), so every model is measured alike.
 """
 
@@ -72,11 +72,19 @@ class Run:
     # A recipe scorer's own arguments (`recipe_arguments`): a changed recipe gets new keys, so it
     # never reads the results of the one before.
     recipe: tuple[tuple[str, Any], ...] = ()
-    # k > 1: the ensemble of the k runs of seeds k·seed ... k·seed + k − 1 (`member_runs`)
-    members: int = 1
+    # An ensemble (`member_runs`): k > 1, the k runs of this configuration of seeds
+    # k·seed ... k·seed + k − 1; or the single runs it combines, of other configurations, each
+    # of this fold and seed (then `model` is "ensemble" and `loss` the ensemble's name).
+    members: int | tuple["Run", ...] = 1
+
+    @property
+    def ensemble(self) -> bool:
+        return self.members != 1
 
     def label(self) -> str:
         """Returns the configuration without fold and seed, e.g. `B64 approx_ndcg(alpha=10)`."""
+        if isinstance(self.members, tuple):
+            return ensemble_label([m.label() for m in self.members])
         mixed = "" if self.precision == "float32" else f" {self.precision}"
         optimizer = "".join(f" {k}={v}" for k, v in self.optimizer)
         return (f"{self.model}{scorer_label(self.scorer)} "
@@ -84,9 +92,12 @@ class Run:
                 f"{ensemble_label(self.members)}")
 
     def member_runs(self) -> list["Run"]:
-        """Returns the single runs an ensemble combines: this run with one member and each of
-        the seeds k·seed ... k·seed + k − 1 (k = `members`), so ensemble seed 0 is made of the
-        single runs of seeds 0 ... k − 1; a single run's is itself."""
+        """Returns the single runs an ensemble combines: the runs of other configurations it
+        names, or this run with one member and each of the seeds k·seed ... k·seed + k − 1
+        (k = `members`), so ensemble seed 0 is made of the single runs of seeds 0 ... k − 1; a
+        single run's is itself."""
+        if isinstance(self.members, tuple):
+            return list(self.members)
         return [dataclasses.replace(self, members=1, seed=self.members * self.seed + i)
                 for i in range(self.members)]
 
@@ -102,7 +113,8 @@ class Run:
         mixed = "" if self.precision == "float32" else f"-{self.precision}"
         model = self.model + "".join(f",{k}={v}" for k, v in self.scorer)
         optimizer = "".join(f"-{k}={v}" for k, v in self.optimizer)
-        ensemble = "" if self.members == 1 else f"-ensemble{self.members}"
+        size = len(self.members) if isinstance(self.members, tuple) else self.members
+        ensemble = f"-ensemble{size}" if self.ensemble else ""
         return (cache / self.dataset / model
                 / f"{self.loss}-{params}{optimizer}-e{self.epochs}{mixed}{ensemble}"
                 / f"Fold{self.fold}-seed{self.seed}-{digest}.json")
@@ -139,8 +151,11 @@ def scorer_label(scorer: tuple[tuple[str, Any], ...]) -> str:
     return f"[{', '.join(f'{k}={v}' for k, v in scorer)}]" if scorer else ""
 
 
-def ensemble_label(members: int) -> str:
-    """Returns ` ensemble of k seeds` for an ensemble of k members, or "" for a single run."""
+def ensemble_label(members: int | list[str]) -> str:
+    """Returns ` ensemble of k seeds` for an ensemble of k seeds, `ensemble of a + b` for one of
+    the configurations labelled a and b, or "" for a single run."""
+    if isinstance(members, list):
+        return "ensemble of " + " + ".join(members)
     return f" ensemble of {members} seeds" if members > 1 else ""
 
 
@@ -211,12 +226,14 @@ def execute(run: Run, files: dict[str, list[str]], scratch: Path) -> dict[str, A
     if run.model in GBDTS:
         boosted = {"lightgbm": _lightgbm, "xgboost": _xgboost, "catboost": _catboost}[run.model]
         result = boosted(run, files, num_features)
-    elif run.members > 1:
+    elif run.ensemble:
         result = _ensemble(run, files, num_features, scratch)
     else:
         result = _neural(run, files, num_features, scratch)
     result["run"] = dataclasses.asdict(run)
-    result["wall_seconds"] = round(time.perf_counter() - started, 1)
+    # an ensemble's seconds leave out members it had to train again: their own runs count them
+    result["wall_seconds"] = round(time.perf_counter() - started
+                                   - result.get("members_trained_seconds", 0.0), 1)
     return result
 
 
@@ -289,14 +306,17 @@ def _member_model(member: Run, files: dict[str, list[str]], num_features: int, s
     its run directory under `scratch` (`_run_config`), else trained (or resumed) there first.
 
     The runner caches a member's own result before its ensemble runs (`run_all`), so a member
-    trained here is one whose result is cached but whose checkpoint is not in `scratch`."""
+    trained here is one whose result is cached but whose checkpoint is not in `scratch`.
+    Returns (the model, the seconds spent training it here: 0 when restored)."""
     from trainer import checkpoint
 
     config = _run_config(member, files, num_features, scratch)
     saved = checkpoint.load(config.train.run_dir)
+    started = time.perf_counter()
     if saved is None or not (saved.state.stopped_early or saved.state.epoch >= member.epochs):
         _train(config)
-    return _best_model(config, num_features)
+    trained = time.perf_counter() - started
+    return _best_model(config, num_features), trained
 
 
 def ensemble_scores(member_scores: list[list[np.ndarray]]) -> list[np.ndarray]:
@@ -322,15 +342,22 @@ def ensemble_scores(member_scores: list[list[np.ndarray]]) -> list[np.ndarray]:
 def _ensemble(run: Run, files: dict[str, list[str]], num_features: int,
               scratch: Path) -> dict[str, Any]:
     """Scores validation and test with each member of the ensemble `run` (`Run.member_runs`,
-    `_member_model`) and combines their scores by `ensemble_scores`."""
+    `_member_model`) and combines their scores by `ensemble_scores`; `members_trained_seconds`
+    is what training members whose checkpoints were missing took, `members_validation` each
+    member's own validation NDCG@10 (a member trained again by changed code can differ from
+    its cached run: the report compares them)."""
     vali, test = _Split(files, "vali", num_features), _Split(files, "test", num_features)
-    scored = {"vali": [], "test": []}
+    scored, trained = {"vali": [], "test": []}, 0.0
     for member in run.member_runs():
-        model = _member_model(member, files, num_features, scratch)
+        model, seconds = _member_model(member, files, num_features, scratch)
+        trained += seconds
         scored["vali"].append(_score(model, vali.features))
         scored["test"].append(_score(model, test.features))
-    return _measured(vali, ensemble_scores(scored["vali"]),
-                     test, ensemble_scores(scored["test"]))
+    return {**_measured(vali, ensemble_scores(scored["vali"]), test,
+                        ensemble_scores(scored["test"])),
+            "members_trained_seconds": round(trained, 1),
+            "members_validation": [mean_over_relevant(per_query_metrics(vali.labels, s),
+                                                      SELECT_METRIC) for s in scored["vali"]]}
 
 
 def _num_features(files: dict[str, list[str]]) -> int:

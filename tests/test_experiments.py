@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks import experiment_runs, experiments
 from benchmarks.experiment_runs import DataSet, data_key, ensemble_scores, read_cached
-from benchmarks.experiment_studies import Setting, runs_of, studies
+from benchmarks.experiment_studies import Setting, ensemble_of, runs_of, studies
 from conftest import REPO, SHARED_DATA
 from tfapprox.data import write_letor, write_splits
 
@@ -263,7 +263,9 @@ def test_smoke_run_writes_every_table_and_plot(tmp_path):
     for title in ("Chen et al. 2009", "Qin et al. 2010", "Yilmaz & Robertson", "SVM^map",
                   "Bruch et al. 2019", "LightGBM lambdarank", "tightness", "Tuned GBDTs",
                   "catboost YetiRank", "xgboost rank:ndcg", "Reference (best GBDT",
-                  "dasalc approx_ndcg", "dasalc approx_ndcg(alpha=10.0) ensemble of 2 seeds"):
+                  "dasalc approx_ndcg", "dasalc approx_ndcg(alpha=10.0) ensemble of 2 seeds",
+                  "ensemble of B64 approx_ndcg(alpha=10.0) + B64 softmax_loss() (ensemble seeds 0",
+                  "The ensemble of different settings (issue 30)"):
         assert title in text
     assert "| not run" not in text, "the smoke run should fill every table"
     assert re.search(r"\(p = \d\.\d{3}\)", text)  # paired tests were computed
@@ -373,3 +375,35 @@ def test_an_ensemble_restores_its_cached_members_and_trains_only_a_missing_one(t
     ensemble.cache_path(cache).unlink()
     shutil.rmtree(work / ensemble.member_runs()[1].cache_path(Path()).with_suffix(""))
     assert run_all() == 0 and trained == [1]  # cached, but its checkpoint gone: trained again
+
+
+def test_an_ensemble_of_different_settings_combines_their_runs_of_its_own_seed(tmp_path,
+                                                                               monkeypatch):
+    from trainer import train
+
+    data, cache, work = fold_tree(tmp_path / "data", folds=1), tmp_path / "cache", tmp_path / "work"
+    files = DataSet("mine", data).folds()
+    ranknet, listmle = Setting("linear", "ranknet"), Setting("linear", "listmle")
+    mixed = ensemble_of("pair", ranknet, listmle)
+    assert mixed.label() == "ensemble of linear ranknet() + linear listmle()"
+    ensemble = runs_of(mixed, "mine", [1], [2], 1)[0]
+    assert ensemble.member_runs() == [runs_of(s, "mine", [1], [2], 1)[0] for s in (ranknet,
+                                                                                    listmle)]
+    assert ensemble.cache_path(cache).parent.name == "pair-default-e1-ensemble2"
+    with pytest.raises(ValueError, match="linear ranknet.*has a grid"):
+        ensemble_of("gridded", Setting("linear", "ranknet", grid=(("alpha", (1.0, 2.0)),)))
+
+    trained, real_train = [], train.train
+
+    def counted_train(config, **kwargs):
+        trained.append((config.loss.name, config.train.seed))
+        return real_train(config, **kwargs)
+
+    monkeypatch.setattr(train, "train", counted_train)
+    assert experiments.run_all([mixed], {"mine": files}, [1], [0], 1, cache, work, {}) == 0
+    assert sorted(trained) == [("listmle", 0), ("ranknet", 0)]  # each member once, as itself
+    members = [read_cached(m.cache_path(cache), print)
+               for m in runs_of(mixed, "mine", [1], [0], 1)[0].member_runs()]
+    assert [(m["run"]["loss"], m["run"]["seed"]) for m in members] == [("ranknet", 0),
+                                                                       ("listmle", 0)]
+    assert read_cached(runs_of(mixed, "mine", [1], [0], 1)[0].cache_path(cache), print)

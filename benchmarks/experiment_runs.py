@@ -231,10 +231,29 @@ def execute(run: Run, files: dict[str, list[str]], scratch: Path) -> dict[str, A
     else:
         result = _neural(run, files, num_features, scratch)
     result["run"] = dataclasses.asdict(run)
+    result["code"] = code_version()
     # an ensemble's seconds leave out members it had to train again: their own runs count them
     result["wall_seconds"] = round(time.perf_counter() - started
                                    - result.get("members_trained_seconds", 0.0), 1)
     return result
+
+
+@functools.lru_cache(maxsize=None)
+def code_version() -> str | None:
+    """Returns the commit of the code that runs (`git describe --always --dirty`, "-dirty" where
+    its files differ from it), None outside a git checkout: a cached run says what produced it,
+    since a change of the code's numerics makes a rerun differ as another seed would."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"],
+                              cwd=Path(__file__).resolve().parent, capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
 
 
 def trainer_config(dataset: str) -> dict[str, Any]:

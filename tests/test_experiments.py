@@ -358,6 +358,9 @@ def test_an_ensemble_restores_its_cached_members_and_trains_only_a_missing_one(t
     first = read_cached(ensemble.cache_path(cache), print)
     members = [read_cached(m.cache_path(cache), print) for m in ensemble.member_runs()]
     assert [m["run"]["seed"] for m in members] == [0, 1]
+    code = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO,
+                          capture_output=True, text=True).stdout.strip()
+    assert code and all(m["code"].startswith(code) for m in [first, *members])  # what produced it
     num_features = experiment_runs._num_features(files[1])
     alone = experiment_runs._ensemble(ensemble.member_runs()[1], files[1], num_features, work)
     assert alone["test"] == members[1]["test"]  # restored and scored alone: the run as trained

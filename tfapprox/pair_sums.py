@@ -354,22 +354,18 @@ PER_PAIR_EXPS_ON_GPU_UP_TO = 512
 PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO = 2 ** 15
 
 
+def jax_platform():
+    """JAX's default backend ("cpu", "gpu", ...) where the code is traced for JAX, else None."""
+    if keras.backend.backend() != "jax":
+        return None
+    import jax
+
+    return jax.default_backend()
+
+
 def on_gpu():
-    """Whether the code is traced for JAX on a GPU (JAX's default backend)."""
-    if keras.backend.backend() != "jax":
-        return False
-    import jax
-
-    return jax.default_backend() == "gpu"
-
-
-def on_jax_cpu():
-    """Whether the code is traced for JAX on the CPU (JAX's default backend)."""
-    if keras.backend.backend() != "jax":
-        return False
-    import jax
-
-    return jax.default_backend() == "cpu"
+    """Whether the code is traced for JAX on a GPU."""
+    return jax_platform() == "gpu"
 
 
 def factored_exponentials_apply(values, sigmoid_sums=False):
@@ -385,7 +381,7 @@ def factored_exponentials_apply(values, sigmoid_sums=False):
     else:
         per_pair = (sigmoid_sums and batch_size is not None
                     and batch_size * list_size ** 2 <= PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO
-                    and on_jax_cpu())
+                    and jax_platform() == "cpu")
     factored = FACTORED_EXPONENTIALS and not per_pair
     record("exps", "factored where lists fit" if factored else "per pair")
     return factored

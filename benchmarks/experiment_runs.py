@@ -240,13 +240,15 @@ def execute(run: Run, files: dict[str, list[str]], scratch: Path) -> dict[str, A
 
 @functools.lru_cache(maxsize=None)
 def code_version() -> str | None:
-    """Returns the commit of the code that runs (`git describe --always --dirty`, "-dirty" where
-    its files differ from it), None outside a git checkout: a cached run says what produced it,
-    since a change of the code's numerics makes a rerun differ as another seed would."""
+    """Returns the commit of the code that runs (its abbreviated hash, never a tag's name, with
+    "-dirty" where the files differ from it), None outside a git checkout: a cached run says
+    what produced it, since a change of the code's numerics makes a rerun differ as another
+    seed would."""
     import subprocess
 
     try:
-        done = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"],
+        done = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12",
+                               "--exclude=*"],
                               cwd=Path(__file__).resolve().parent, capture_output=True,
                               text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):

@@ -178,11 +178,11 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_direct(rows["direct"], rows["chen"], data, folds))
         if "lightgbm" in shown:
             parts.append(_lightgbm(shown, data, folds))
-        if {"gbdt", "dasalc", "dasalc_ensemble", "mixed_ensemble", "dasalc_ablation",
-                "dasalc_tuned"} & shown.keys():
+        if {"gbdt", "dasalc", "dasalc_search", "dasalc_ensemble", "mixed_ensemble",
+                "dasalc_ablation", "dasalc_tuned"} & shown.keys():
             parts.append(_gbdt_and_dasalc(
-                rows["gbdt"], rows["dasalc"] + rows["dasalc_ensemble"] + rows["mixed_ensemble"]
-                + rows["dasalc_ablation"], rows["dasalc_tuned"],
+                rows["gbdt"], rows["dasalc"] + rows["dasalc_search"] + rows["dasalc_ensemble"]
+                + rows["mixed_ensemble"] + rows["dasalc_ablation"], rows["dasalc_tuned"],
                 [r for study in rows.values() for r in study], data, folds))
         if "losses" in shown:
             parts.append(_losses(rows["losses"], rows["gbdt"], data, folds))
@@ -413,8 +413,9 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
     each against the reference: the GBDT with the best validation NDCG@10 on this set;
     `every_row`: the rows of every study, where an ensemble's members are found."""
     lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
-             f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_ensemble "
-             f"mixed_ensemble dasalc_ablation dasalc_tuned {data.flags()}`. Seconds per "
+             f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_search "
+             f"dasalc_ensemble mixed_ensemble dasalc_ablation dasalc_tuned {data.flags()}`. "
+             "Seconds per "
              "fold: wall time of every grid point of a fold on one thread, training and scoring, "
              "mean over folds and seeds (as the runs measured it: on a shared machine, compare "
              "them only roughly). Paired tests use the seeds both rows have.\n",
@@ -424,7 +425,9 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
         return "\n".join(lines) + "\n"
     lines += [f"Reference (best GBDT by validation {SELECT_METRIC}): "
               f"**{reference.setting.label()}**.\n",
-              "DASALC (`--preset dasalc`) with each loss, then its ensemble (`ensemble of k "
+              "DASALC (`--preset dasalc`) with each loss, then (the `dasalc_search` study, run "
+              "on YAHOO) with the pairwise soft zero-one loss and one change each: dropout, "
+              "Adagrad's learning rate, or the loss, then its ensemble (`ensemble of k "
               "seeds`: DASALC-ens of Qin et al., ICLR 2021; ensemble seed s averages the scores, "
               "each standardised within its list, of the single runs of seeds k·s … "
               "k·s + k − 1, so ensemble seed 0 is made of seeds 0 … k − 1 of the single row above; its "

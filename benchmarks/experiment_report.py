@@ -482,21 +482,30 @@ def _ensemble_tests(row, rows, reference, folds):
     return (f"\n{row.setting.label()} (ensemble seeds {seeds(row)}; {size} "
             "trained models each), each query's test NDCG@10 averaged over each row's every seed: "
             f"{'; '.join(tests)}."
-            + (_members_apart(row, others[:-1]) if isinstance(members, tuple) else ""))
+            + (_members_apart(row, rows) if isinstance(members, tuple) else ""))
 
 
-def _members_apart(row, members):
-    """Says which members of the mixed ensemble `row` (`members`: (name, row) of each) are
-    not the runs their rows cached: trained again where their checkpoints were gone, by code
-    that has changed since, they score validation differently (`members_validation`)."""
-    apart = {}  # member's name -> [(its validation in the ensemble, cached)]
-    for key, result in row.by_fold_seed.items():
-        for (name, member), value in zip(members, result.get("members_validation", ())):
-            cached = member.by_fold_seed.get(key) if member is not None else None
+def _members_apart(row, rows):
+    """Says which members of the mixed ensemble `row` are not the runs their rows (among `rows`)
+    cached: trained again where their checkpoints were gone, by code that has changed since,
+    they score validation differently (`members_validation`, one value per single run, in the
+    order of `Run.member_runs`: a member that is an ensemble of k seeds gives k)."""
+    singles = []  # (member's name, the row of its single runs, its k seeds, which) per value
+    for m in row.setting.members:
+        single = dataclasses.replace(m, members=1)
+        singles += [(f"its member {m.label()}", next((r for r in rows if r.setting == single),
+                                                     None), m.members, i)
+                    for i in range(m.members)]
+    apart, each = {}, {}  # member's name -> [(its validation in the ensemble, cached)], its k
+    for (fold, seed), result in row.by_fold_seed.items():
+        for (name, member, k, i), value in zip(singles, result.get("members_validation", ())):
+            cached = member.by_fold_seed.get((fold, k * seed + i)) if member is not None else None
             if cached is not None and abs(value - cached["validation"][SELECT_METRIC]) > 1e-4:
                 apart.setdefault(name, []).append((value, cached["validation"][SELECT_METRIC]))
+                each[name] = k
     return "".join(
-        f" Of {name}, {len(pairs)} of the {len(row.by_fold_seed)} runs the ensemble combines "
+        f" Of {name}, {len(pairs)} of the {each[name] * len(row.by_fold_seed)} runs the "
+        "ensemble combines "
         "are not its cached runs (trained again, their checkpoints gone, by code changed since "
         f"they were cached): validation {SELECT_METRIC} {np.mean([a for a, _ in pairs]):.4f} "
         f"against {np.mean([b for _, b in pairs]):.4f} cached, mean over those."

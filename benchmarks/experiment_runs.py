@@ -153,9 +153,12 @@ def scorer_label(scorer: tuple[tuple[str, Any], ...]) -> str:
 
 def ensemble_label(members: int | list[str]) -> str:
     """Returns ` ensemble of k seeds` for an ensemble of k seeds, `ensemble of a + b` for one of
-    the configurations labelled a and b, or "" for a single run."""
+    the configurations labelled a and b (each once in `members`), `ensemble of k seeds each of
+    a + b` for one of k runs of each (each k times), or "" for a single run."""
     if isinstance(members, list):
-        return "ensemble of " + " + ".join(members)
+        names = list(dict.fromkeys(members))
+        each = len(members) // len(names)
+        return f"ensemble of {f'{each} seeds each of ' if each > 1 else ''}" + " + ".join(names)
     return f" ensemble of {members} seeds" if members > 1 else ""
 
 

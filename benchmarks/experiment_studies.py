@@ -24,7 +24,7 @@ class Setting:
     precision: str = "float32"  # or "mixed_bfloat16"
     scorer: tuple = ()  # the scorer's options, ((name, value), ...): model.<name> in the trainer
     # An ensemble (`Run.member_runs`): k > 1, of the single runs of k seeds; or of these settings'
-    # runs of the ensemble's seed (`ensemble_of`)
+    # runs of the ensemble's seed (`ensemble_of`), a member with k > 1 its k runs of that seed
     members: int | tuple["Setting", ...] = 1
 
     @property
@@ -33,13 +33,14 @@ class Setting:
 
     def __post_init__(self):
         for member in self.members if isinstance(self.members, tuple) else ():
-            if member.grid or member.ensemble:
-                raise ValueError(f"an ensemble's member is one single run: {member.label()} has "
-                                 "a grid or is an ensemble")
+            if member.grid or isinstance(member.members, tuple):
+                raise ValueError(f"an ensemble's member is a single run or an ensemble of seeds: "
+                                 f"{member.label()} has a grid or members of its own")
 
     def label(self) -> str:
         if isinstance(self.members, tuple):
-            return ensemble_label([m.label() for m in self.members])
+            return ensemble_label([dataclasses.replace(m, members=1).label()
+                                   for m in self.members for _ in range(m.members)])
         def axes(group: str) -> list[str]:
             return [f"{option}∈{{{', '.join(map(str, values))}}}"
                     for (field, option), values in ((_axis(k), v) for k, v in self.grid)
@@ -78,8 +79,9 @@ GRID_GROUPS = {"model.": "scorer", "optimizer.": "optimizer"}
 
 
 def ensemble_of(name: str, *members: Setting) -> Setting:
-    """Returns the ensemble `name` of the single runs of `members` (settings without a grid):
-    ensemble seed s combines each member's run of seed s (`experiment_runs.ensemble_scores`)."""
+    """Returns the ensemble `name` of the runs of `members` (settings without a grid): ensemble
+    seed s combines each member's run of seed s, or, of a member that is an ensemble of k seeds,
+    its runs of seeds k·s ... k·s + k − 1 (`experiment_runs.ensemble_scores`)."""
     return Setting("ensemble", name, members=members)
 
 
@@ -141,7 +143,12 @@ MIXED_ENSEMBLE = (("dasalc", "pairwise_soft_zero_one_loss"), ("B64", "unique_sof
 # A variant, not the recipe, added after the recipe's test figures were read: the same rule's
 # best two (its third member, B64 RankNet, had to be trained again on MQ2008 and OHSUMED, and
 # the trainer now gives lower validation figures there than the cached runs the rule ranked).
-MIXED_ENSEMBLES = {"validation_top3": MIXED_ENSEMBLE, "validation_top2": MIXED_ENSEMBLE[:2]}
+MIXED_ENSEMBLES = {"validation_top3": MIXED_ENSEMBLE, "validation_top2": MIXED_ENSEMBLE[:2],
+                   "validation_top3_3seeds": MIXED_ENSEMBLE}
+# A second variant, added later still: the recipe with each member an ensemble of this many
+# seeds (DASALC-ens's seeds for every member: 9 models), ensemble seed 0 made of the seeds 0-2
+# the recipe's ensemble seeds 0-2 trained. Its rule, like the recipe's, reads validation only.
+MIXED_ENSEMBLE_SEEDS = {"validation_top3_3seeds": 3}
 MIXED_ENSEMBLE_STUDIES = ("dasalc", "losses")
 # The `losses` study: every loss of `tfapprox.losses.LOSSES`, by its key there (TF-Ranking's
 # RankingLossKey where the class is TF-Ranking's; TF-Ranking's approx_ndcg_loss and list_mle_loss
@@ -212,7 +219,9 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     candidates = {(s.model, s.loss): s for name in MIXED_ENSEMBLE_STUDIES for s in found[name]}
     found["mixed_ensemble"] = (
         [ensemble_of("smoke", *found["losses"])] if smoke else
-        [ensemble_of(name, *(candidates[key] for key in members))
+        [ensemble_of(name, *(dataclasses.replace(candidates[key],
+                                                 members=MIXED_ENSEMBLE_SEEDS.get(name, 1))
+                             for key in members))
          for name, members in MIXED_ENSEMBLES.items()])
     if smoke:
         found["dasalc"] = found["dasalc"][:1]
@@ -238,9 +247,10 @@ def runs_of(setting: Setting, dataset: str, folds, seeds, epochs: int, data_keys
     if isinstance(setting.members, tuple):
         return [Run(dataset, fold, seed, setting.model, setting.loss, epochs=epochs,
                     data=(data_keys or {}).get(fold, ""),
-                    members=tuple(run for member in setting.members
+                    members=tuple(single for member in setting.members
                                   for run in runs_of(member, dataset, [fold], [seed], epochs,
-                                                     data_keys)))
+                                                     data_keys)
+                                  for single in run.member_runs()))
                 for fold in folds for seed in seeds]
     rounds = LIGHTGBM_ROUNDS if setting.model in GBDTS else epochs
     recipe, points = recipe_arguments(setting.model), setting.points()

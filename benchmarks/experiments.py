@@ -52,8 +52,10 @@ Studies (`--study`, any subset; the report has the sections of those given):
                averaged over the three sets (DASALC with the pairwise soft zero-one loss, B64
                with unique_softmax_loss, B64 with RankNet), the mean of their scores
                standardised within each list; ensemble seed s combines each one's run of seed s,
-               restored from its checkpoint in --work, trained there where missing; and a
-               variant added after the recipe's test figures were read, the rule's best two
+               restored from its checkpoint in --work, trained there where missing; and two
+               variants added after the recipe's test figures were read: the rule's best two,
+               and the recipe with each member an ensemble of 3 seeds (ensemble seed s: seeds
+               3s-3s+2 of each, so --seeds 0 reuses the recipe's runs)
   dasalc_ablation  DASALC with ApproxNDCG without the log1p transform, without the input noise,
                without the self-attention, and the B256 tower with none of them
   dasalc_tuned DASALC with ApproxNDCG under the GBDTs' protocol, chosen per fold on validation

@@ -380,6 +380,21 @@ def test_an_ensemble_restores_its_cached_members_and_trains_only_a_missing_one(t
     assert run_all() == 0 and trained == [1]  # cached, but its checkpoint gone: trained again
 
 
+def test_an_ensemble_of_seed_ensembles_combines_each_members_k_seeds_of_its_seed():
+    import dataclasses
+
+    ranknet, listmle = Setting("linear", "ranknet"), Setting("linear", "listmle")
+    mixed = ensemble_of("pair3", *(dataclasses.replace(s, members=3) for s in (ranknet, listmle)))
+    assert mixed.label() == "ensemble of 3 seeds each of linear ranknet() + linear listmle()"
+    ensemble = runs_of(mixed, "mine", [1], [1], 1)[0]
+    assert ensemble.label() == mixed.label()
+    assert [(m.loss, m.seed, m.members) for m in ensemble.member_runs()] == [
+        (loss, seed, 1) for loss in ("ranknet", "listmle") for seed in (3, 4, 5)]
+    assert ensemble.cache_path(Path("c")).parent.name == "pair3-default-e1-ensemble6"
+    with pytest.raises(ValueError, match="members of its own"):
+        ensemble_of("nested", mixed)
+
+
 def test_an_ensemble_of_different_settings_combines_their_runs_of_its_own_seed(tmp_path,
                                                                                monkeypatch):
     from trainer import train

@@ -41,6 +41,8 @@ Studies (`--study`, any subset; the report has the sections of those given):
   dasalc_search  DASALC with the pairwise soft zero-one loss and one change each (run on YAHOO,
                where the gap to the GBDTs is widest): dropout 0.1 or 0.3, Adagrad's learning
                rate 0.2, yeti_logistic_loss or sigmoid_cross_entropy_loss instead
+  dasalc_quantile  DASALC with the pairwise soft zero-one loss and the quantile input transform
+               (each feature through its training quantiles to N(0, 1)) instead of log1p
   dasalc_ensemble  DASALC-ens (Qin et al., ICLR 2021): DASALC with the pairwise soft zero-one
                loss trained with 3 seeds, the mean of their scores standardised within each list;
                ensemble seed s is made of the single runs of seeds 3s, 3s+1, 3s+2 (ensemble

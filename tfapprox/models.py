@@ -6,7 +6,8 @@ A scorer maps a batch of padded lists to one score per document:
     {"features": float32 [B, L, F], "mask": bool [B, L]}  (or a bare [B, L, F] tensor)
         -> scores float32 [B, L]
 
-The pipeline: input transform (`symmetric_log1p` and/or `MaskedBatchNormalization`) -> Gaussian
+The pipeline: input transform (`symmetric_log1p` or `QuantileTransform`, and/or
+`MaskedBatchNormalization`) -> Gaussian
 noise (training only) -> per-document tower, optionally crossed with a `DocumentInteraction`
 block -> Dense(1). Without the interaction block each document is scored on its own features;
 with it, documents of a list attend to each other, but without positions, so either way the scorer
@@ -28,6 +29,7 @@ __all__ = [
     "DNNScorer",
     "DocumentInteraction",
     "MaskedBatchNormalization",
+    "QuantileTransform",
     "build_scorer",
     "symmetric_log1p",
 ]
@@ -59,7 +61,7 @@ RECIPES = {
         "attention_units": 64,
     },
 }
-INPUT_TRANSFORMS = ("none", "log1p")
+INPUT_TRANSFORMS = ("none", "log1p", "quantile")
 
 
 def symmetric_log1p(x):
@@ -204,6 +206,110 @@ class MaskedBatchNormalization(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
+class QuantileTransform(keras.layers.Layer):
+    """Maps each feature through its empirical distribution to a standard normal ("rank-Gauss"):
+
+        z = Φ⁻¹(F̂(x)),   F̂(x) = Σ_i (p_{i+1} − p_i) · clip((x − q_i) / (q_{i+1} − q_i), 0, 1),
+
+    `q_0 ≤ … ≤ q_{n−1}` the feature's quantiles at the evenly spaced levels `p_i = i / (n − 1)`,
+    set by `adapt` from training documents, so F̂ interpolates the empirical CDF linearly between
+    them. Where quantiles tie (a value many documents share, such as a missing feature's 0), the
+    tied interval counts half for `x` equal to it, all for `x` above: the value gets its mid-rank.
+    F̂ is clipped to [1/(2n), 1 − 1/(2n)] before Φ⁻¹, so the output lies within about ±2.9 (n = 128).
+
+    The transform is monotone per feature, so it keeps every feature's order and only changes
+    spacing: what trees ignore and a network's first layers are sensitive to. Before `adapt` the
+    quantiles are those of N(0, 1), so the layer roughly passes standard-normal inputs through.
+    The quantiles are weights (not trained): checkpoints and exported models carry them. Cost per
+    document: O(features × num_quantiles) elementwise.
+
+    Args:
+        num_quantiles: n, the number of quantiles per feature, >= 2.
+    """
+
+    CHUNK = 16  # quantile intervals per step of `call`
+
+    def __init__(self, num_quantiles=128, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(num_quantiles, int) or num_quantiles < 2:
+            raise ValueError(
+                f"num_quantiles must be an integer >= 2; received num_quantiles={num_quantiles!r}."
+            )
+        self.num_quantiles = num_quantiles
+
+    def build(self, input_shape):
+        channels = input_shape[-1]
+        if channels is None:
+            raise ValueError(
+                f"{self.name}: the feature dimension must be known; received input shape "
+                f"{tuple(input_shape)}."
+            )
+        normal = self._normal_quantiles()
+        self.quantiles = self.add_weight(
+            shape=(self.num_quantiles, channels), name="quantiles", trainable=False,
+            initializer=lambda shape, dtype=None: ops.tile(ops.expand_dims(normal, 1), [1, shape[1]]),
+            autocast=False,
+        )
+
+    def _normal_quantiles(self):
+        levels = ops.linspace(0.0, 1.0, self.num_quantiles)
+        tail = 0.5 / self.num_quantiles
+        return _standard_normal_quantile(ops.clip(levels, tail, 1.0 - tail))
+
+    def adapt(self, features, mask=None):
+        """Sets each feature's quantiles from `features` `[..., F]` (a NumPy-convertible array),
+        counting only the positions where `mask` `[...]` is True. Returns the layer."""
+        import numpy as np
+
+        features = np.asarray(features, np.float64)
+        if not self.built:
+            self.build(features.shape)
+        if features.shape[-1] != self.quantiles.shape[1]:
+            raise ValueError(
+                f"{self.name}: adapt got {features.shape[-1]} features, the layer has "
+                f"{self.quantiles.shape[1]}."
+            )
+        rows = features.reshape(-1, features.shape[-1])
+        if mask is not None:
+            rows = rows[np.asarray(mask, bool).reshape(-1)]
+        if not len(rows):
+            raise ValueError(f"{self.name}: adapt got no valid document.")
+        levels = np.linspace(0.0, 1.0, self.num_quantiles)
+        self.quantiles.assign(np.quantile(rows, levels, axis=0).astype("float32"))
+        return self
+
+    def call(self, inputs):
+        x = ops.cast(inputs, "float32")
+        q = ops.convert_to_tensor(self.quantiles)
+        lows, widths = q[:-1], q[1:] - q[:-1]
+        spread = widths > 0
+        scale = 1.0 / ops.where(spread, widths, 1.0)
+        cdf = ops.zeros_like(x)
+        # intervals a chunk at a time: [B, L, chunk, F] at most, few ops for graph mode
+        for start in range(0, self.num_quantiles - 1, self.CHUNK):
+            part = slice(start, start + self.CHUNK)
+            offset = ops.expand_dims(x, -2) - lows[part]
+            inside = ops.clip(offset * scale[part], 0.0, 1.0)
+            tied = 0.5 + 0.5 * ops.sign(offset)
+            cdf = cdf + ops.sum(ops.where(spread[part], inside, tied), axis=-2)
+        cdf = cdf / (self.num_quantiles - 1)
+        tail = 0.5 / self.num_quantiles
+        return ops.cast(_standard_normal_quantile(ops.clip(cdf, tail, 1.0 - tail)),
+                        self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "num_quantiles": self.num_quantiles}
+
+
+def _standard_normal_quantile(p):
+    """Φ⁻¹(p) = √2 · erfinv(2p − 1)."""
+    return 2.0**0.5 * ops.erfinv(2.0 * p - 1.0)
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
 class DocumentInteraction(keras.layers.Layer):
     """Returns `[B, L, units]` per-document encodings that have attended to the other documents of
     their list: DASALC's document-interaction network (Qin et al., ICLR 2021, §4.3).
@@ -318,7 +424,9 @@ class DNNScorer(keras.Model):
         batch_norm_momentum: Momentum of every batch norm's moving averages, in [0, 1).
         batch_norm_epsilon: Epsilon of every batch norm, > 0.
         input_batch_norm: Whether to batch-normalise the (transformed) features.
-        input_transform: `"none"` or `"log1p"` (`sign(x) · ln(1 + |x|)`, before the batch norm).
+        input_transform: `"none"`, `"log1p"` (`sign(x) · ln(1 + |x|)`) or `"quantile"` (each
+            feature through its training quantiles to N(0, 1), `QuantileTransform`: call
+            `adapt` on training documents before training), before the batch norm.
         noise_stddev: σ of the Gaussian noise added to the inputs in training, >= 0 (0: none).
         attention_layers: Stacked self-attention blocks over the list, >= 0 (0: none).
         attention_heads: Heads per attention block.
@@ -375,6 +483,8 @@ class DNNScorer(keras.Model):
                 momentum=self.batch_norm_momentum, epsilon=self.batch_norm_epsilon, name=name
             )
 
+        self.quantile = (QuantileTransform(name="input_quantiles")
+                         if input_transform == "quantile" else None)
         self.input_norm = batch_norm("input_batch_norm") if self.input_batch_norm else None
         self.hidden_dense, self.hidden_norms, self.dropouts = [], [], []
         for i, units in enumerate(hidden_units):
@@ -408,6 +518,8 @@ class DNNScorer(keras.Model):
                 f"{tuple(feature_shape)}."
             )
         width = num_features
+        if self.quantile is not None:
+            self.quantile.build((None, None, width))
         if self.input_norm is not None:
             self.input_norm.build((None, None, width))
         if self.interaction is not None:
@@ -428,6 +540,8 @@ class DNNScorer(keras.Model):
         x = ops.where(valid, features, ops.zeros_like(features))
         if self.input_transform == "log1p":
             x = symmetric_log1p(x)
+        elif self.quantile is not None:
+            x = self.quantile(x)
         if self.input_norm is not None:
             x = self.input_norm(x, mask=mask, training=training)
         if training and self.noise_seed is not None:
@@ -445,6 +559,12 @@ class DNNScorer(keras.Model):
             x = (1.0 + self.cross(interactions)) * x
         scores = ops.squeeze(self.output_dense(x), axis=-1)
         return ops.where(mask, scores, ops.zeros_like(scores))
+
+    def adapt(self, features, mask=None):
+        """Fits the input transform to training documents (`features` `[..., F]`, `mask` `[...]`):
+        the quantiles of `input_transform="quantile"`; nothing for the other transforms."""
+        if self.quantile is not None:
+            self.quantile.adapt(features, mask)
 
     def compute_output_shape(self, input_shape):
         feature_shape = input_shape["features"] if isinstance(input_shape, dict) else input_shape

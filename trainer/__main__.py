@@ -139,9 +139,10 @@ def _parser() -> argparse.ArgumentParser:
                    "list; tfapprox.models.RECIPES)")
     g.add_argument("--dropout", type=float)
     g.add_argument("--bn-momentum", type=float, help="batch-norm momentum")
-    g.add_argument("--input-transform", choices=("none", "log1p"),
-                   help="applied to the features before the input batch norm (default: the "
-                   "preset's)")
+    g.add_argument("--input-transform", choices=("none", "log1p", "quantile"),
+                   help="applied to the features before the input batch norm: log1p is "
+                   "sign(x)·ln(1+|x|), quantile maps each feature through its training quantiles "
+                   "to N(0, 1) (default: the preset's)")
     g.add_argument("--noise-stddev", type=float,
                    help="σ of Gaussian noise on the inputs in training, 0 for none (default: "
                    "the preset's)")

@@ -102,6 +102,7 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
         say("Note: with --jit, whole lists and --buckets 0, XLA compiles once per padded list length")
     run_dir = Path(config.train.run_dir)
     built = _build(config, splits.num_features, dist)
+    _adapt_inputs(built, splits, say)
     state, best_weights = _start_or_resume(config, run_dir, fresh, built, splits, dist, say)
 
     if state.stopped_early or state.epoch >= config.train.epochs:
@@ -514,6 +515,29 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
         keras.config.set_dtype_policy(previous)
     return Built(model=model, eval_model=eval_model, eval_metrics=eval_names,
                  num_features=num_features, reports_loss=config.model.kind != "adarank")
+
+
+# The most training documents `_adapt_inputs` reads, in file order: quantiles need a sample, not
+# a web-scale split.
+ADAPT_DOCUMENTS = 200_000
+
+
+def _adapt_inputs(built: Built, splits: data.Splits, say: Printer) -> None:
+    """Fits the scorer's input transform to the training documents (`DNNScorer.adapt`: the
+    quantiles of `model.input_transform=quantile`), at most `ADAPT_DOCUMENTS` of them in file
+    order; does nothing for the other transforms. A resumed run then restores the same values."""
+    if getattr(built.model, "quantile", None) is None:
+        return
+    rows, count = [], 0
+    for inputs, _ in data.eval_dataset(splits.train, splits).as_numpy_iterator():
+        rows.append(inputs["features"][inputs["mask"]])
+        count += len(rows[-1])
+        if count >= ADAPT_DOCUMENTS:
+            break
+    documents = np.concatenate(rows)[:ADAPT_DOCUMENTS]
+    built.model.adapt(documents)
+    built.eval_model.adapt(documents)
+    say(f"Input quantiles fitted to {len(documents)} training documents")
 
 
 def _scorer_kwargs(config: Config) -> dict[str, Any]:

@@ -291,6 +291,23 @@ def test_dasalc_scorer_trains_on_variable_length_lists(mode):
     assert any(not np.allclose(a, b) for a, b in zip(after, before)), "attention got no gradient"
 
 
+@pytest.mark.parametrize("mode", XLA_MODES)
+def test_quantile_inputs_train_on_variable_length_lists(mode):
+    """The quantile input transform, fitted to the batches' documents, through fit, compiled, on
+    lists whose size changes from batch to batch."""
+    keras.utils.set_random_seed(1)
+    model = models.DNNScorer(hidden_units=(8, 4), input_transform="quantile")
+    model.build(INPUT_SHAPES)
+    model.adapt(np.concatenate([inputs["features"][inputs["mask"]]
+                                for inputs, _ in variable_length_batches()]))
+    fitted = to_numpy(model.quantile.quantiles)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=losses.ApproxNDCGLoss(),
+                  jit_compile=True)
+    history = model.fit(dataset(), epochs=1, verbose=0).history
+    assert np.all(np.isfinite(history["loss"]))
+    np.testing.assert_array_equal(to_numpy(model.quantile.quantiles), fitted)  # not trained
+
+
 class OrdinalScorer(keras.Model):
     """K logits per document, `[B, L, K]`: what `OrdinalLoss(ordinal_size=K)` trains."""
 

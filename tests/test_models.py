@@ -12,6 +12,7 @@ from tfapprox.models import (
     DNNScorer,
     DocumentInteraction,
     MaskedBatchNormalization,
+    QuantileTransform,
     build_scorer,
     symmetric_log1p,
 )
@@ -28,6 +29,7 @@ SCORERS = {
         "attention_heads": 2,
         "attention_units": 8,
     },
+    "quantile": {"input_transform": "quantile"},
 }
 
 
@@ -312,3 +314,65 @@ def test_attention_never_reaches_padded_documents():
     np.testing.assert_array_equal(ops.convert_to_numpy(layer(changed, mask=mask))[0], out[0])
     alone = ops.convert_to_numpy(layer(x[:1, :3], mask=mask[:1, :3]))
     np.testing.assert_allclose(alone[0], out[0, :3], atol=1e-5)
+
+
+def _normal_quantile(p):
+    from statistics import NormalDist
+
+    return np.vectorize(NormalDist().inv_cdf)(p)
+
+
+def test_quantile_transform_gives_each_value_its_mid_rank_normal_score():
+    """Fitted on valid documents only, the transform is Φ⁻¹ of each value's mid-rank: a value
+    60 % of documents share (a missing feature's 0) gets Φ⁻¹(0.3); a continuous feature comes
+    out standard normal, in the order it went in."""
+    rng = np.random.default_rng(0)
+    n = 4000
+    shared = np.where(rng.random(n) < 0.6, 0.0, 1.0 + rng.random(n))
+    continuous = rng.exponential(size=n) ** 3  # heavy-tailed: what log1p only partly tames
+    features = np.stack([shared, continuous], -1).reshape(40, 100, 2)
+    mask = np.ones((40, 100), bool)
+    mask[:, 90:] = False
+    features[:, 90:] = 1e9  # padding: must not enter the quantiles
+    layer = QuantileTransform(num_quantiles=128).adapt(features, mask)
+    alone = QuantileTransform(num_quantiles=128).adapt(features[mask])
+    np.testing.assert_array_equal(ops.convert_to_numpy(layer.quantiles),
+                                  ops.convert_to_numpy(alone.quantiles))
+    z = ops.convert_to_numpy(layer(features.astype("float32")))[mask]
+    valid = features[mask]
+    zero = valid[:, 0] == 0
+    np.testing.assert_allclose(z[zero, 0], _normal_quantile(zero.mean() / 2), atol=0.03)
+    assert abs(z[:, 1].mean()) < 0.02 and abs(z[:, 1].std() - 1) < 0.05
+    order = np.argsort(valid[:, 1])
+    assert np.all(np.diff(z[order, 1]) >= 0)
+    # mid-rank scores, exactly computed, within the interpolation between 128 quantiles (coarse
+    # in the tails, where Φ⁻¹ is steep: compared on the middle 90 %)
+    ranks = (np.argsort(order) + 0.5) / len(order)
+    middle = (ranks > 0.05) & (ranks < 0.95)
+    np.testing.assert_allclose(z[middle, 1], _normal_quantile(ranks[middle]), atol=0.03)
+
+
+def test_quantile_transform_before_adapt_passes_normal_inputs_through():
+    x = np.linspace(-2, 2, 41, dtype="float32").reshape(1, 41, 1)
+    np.testing.assert_allclose(ops.convert_to_numpy(QuantileTransform()(x)), x, atol=0.02)
+
+
+@pytest.mark.parametrize("num_quantiles", [1, 2.5, None])
+def test_quantile_transform_refuses_bad_sizes(num_quantiles):
+    with pytest.raises(ValueError, match="num_quantiles must be an integer >= 2"):
+        QuantileTransform(num_quantiles=num_quantiles)
+
+
+def test_adapted_quantiles_survive_save_and_load(tmp_path):
+    features, mask, _ = _batch(8, batch_size=6, list_size=10)
+    model = build_scorer("B64", input_transform="quantile")
+    _build(model, features, mask)
+    model.adapt(features ** 3, mask)
+    path = tmp_path / "scorer.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_array_equal(ops.convert_to_numpy(restored.quantile.quantiles),
+                                  ops.convert_to_numpy(model.quantile.quantiles))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(restored({"features": features, "mask": mask})),
+        ops.convert_to_numpy(model({"features": features, "mask": mask})), atol=1e-6)

@@ -499,7 +499,8 @@ def ranking_dataset(
       shards.RecordError: a corrupt first record, or shards that disagree on the feature count.
       letor.LetorFormatError: malformed LETOR text.
     """
-    arguments = {name: value for name, value in locals().items() if name != "seed"}
+    arguments = dict(locals())  # the arguments above, all of which but seed the builder takes
+    del arguments["seed"]
     return ranking_dataset_by_seed(**arguments)(seed)
 
 

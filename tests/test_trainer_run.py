@@ -1,6 +1,7 @@
 """End-to-end trainer runs in this process, on tiny generated data (a few seconds each)."""
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -366,6 +367,58 @@ def test_whole_training_lists_are_bucketed(tmp_path):
     assert min(len(shard) for shard in shards) >= splits.num_train_lists // 8
     joined = [one for pair in zip(*shards) for batch in pair for one in epoch_lists([batch])]
     assert joined == whole[:len(joined)]
+
+
+def epoch_digest(batches) -> str:
+    """Returns a digest of the batches' features, masks and labels, in order."""
+    digest = hashlib.sha256()
+    for inputs, labels in batches:
+        for array in (inputs["features"], inputs["mask"], labels):
+            digest.update(np.asarray(array).tobytes())
+    return digest.hexdigest()[:16]
+
+
+# Digests of `data.train_dataset`'s epochs on the data of the test below, computed by the code
+# before the training pipeline was built once per run (commit 363fd05): that change had to keep
+# every epoch's batches, their order and their random subsets. Keys: (run seed, epoch).
+EPOCH_DIGESTS = {
+    (0, 0): {"buckets": "c98273a7929764c2", "plain": "4d66e9abc142b000",
+             "list_size": "9c4ae3e516445dc0", "shard 1 of 2": "db7bee72915a6d1d",
+             "three files": "43530eab12e775b6"},
+    (0, 1): {"buckets": "4b1e1733555d5f07", "plain": "c7556d7919619e25",
+             "list_size": "f99ccdc441d3ecf7", "shard 1 of 2": "d71c2d5fde93c1aa",
+             "three files": "4b1e1733555d5f07"},
+    (3, 7): {"buckets": "4edc4768e17236e8", "plain": "ba1e27b122fa78cc",
+             "list_size": "846bebaea2620439", "shard 1 of 2": "e2e6b84c9ec20f26",
+             "three files": "97c363f31a8a39ed"},
+}
+
+
+def test_each_epochs_batches_are_those_of_its_seed_and_epoch(tmp_path):
+    """Epoch e of run seed s gets the batches it always got, whether its pipeline is new (a
+    resumed run's first epoch) or was built for earlier epochs; two epochs differ."""
+    keras.utils.set_random_seed(0)  # as the trainer does with train.seed 0
+    config = tiny_config(tmp_path, tmp_path, **{
+        "data.synthetic": {"num_queries": 60, "docs_per_query": 20, "num_features": 4},
+        "data.buckets": 3})
+    splits = data.resolve(config.data, print_fn=lambda _: None)
+    convert(sorted(tmp_path.glob("demo-*/train.txt")), tmp_path / "three", num_shards=3)
+    three = sorted(str(p) for p in (tmp_path / "three").glob("*.tfrecord"))
+    kinds = {  # (split, lists per batch, list_size, shard); global batches of 4 lists
+        "buckets": (splits, 4, None, {}),
+        "plain": (dataclasses.replace(splits, train_buckets=None), 4, None, {}),
+        "list_size": (splits, 4, 6, {}),
+        "shard 1 of 2": (splits, 2, None, {"num_shards": 2, "shard_index": 1}),
+        "three files": (dataclasses.replace(splits, train=three), 4, None, {}),
+    }
+    for kind, (split, batch_size, list_size, shard) in kinds.items():
+        epochs = data.TrainingEpochs(split, list_size, seed=0, global_batch_size=4)
+        found = {(0, epoch): epoch_digest(epochs.dataset(epoch, batch_size, **shard))
+                 for epoch in (0, 1)}  # one pipeline, epoch after epoch
+        found[3, 7] = epoch_digest(data.train_dataset(  # a new one, as a resumed run's
+            split, batch_size, list_size, seed=(3, 7), global_batch_size=4, **shard))
+        assert found == {seed: digests[kind] for seed, digests in EPOCH_DIGESTS.items()}, kind
+        assert found[0, 0] != found[0, 1], kind
 
 
 def test_bucketed_training_equals_padding_each_batch_to_its_longest(tmp_path, cache_dir):

@@ -141,23 +141,52 @@ def train_dataset(splits: Splits, batch_size: int, list_size: int | None, *,
     With `num_shards > 1` only batches `shard_index, shard_index + num_shards, ...` are kept.
     Whole lists (`list_size` None) are grouped by length in groups of `global_batch_size` lists
     (default `batch_size`) and padded to `splits.train_buckets`: consecutive batches of
-    `batch_size` then make up the global batches that one replica would take.
+    `batch_size` then make up the global batches that one replica would take. A run that trains
+    epoch after epoch takes them from one `TrainingEpochs` instead, which builds the pipeline once.
     """
-    from tfapprox.data import ranking_dataset
+    run_seed, epoch = seed
+    return TrainingEpochs(splits, list_size, seed=run_seed, global_batch_size=global_batch_size
+                          ).dataset(epoch, batch_size, num_shards=num_shards,
+                                    shard_index=shard_index)
 
-    epoch_seed = int(np.random.SeedSequence(list(seed)).generate_state(1)[0] >> 1)
-    buckets = splits.train_buckets if list_size is None else None
-    dataset = ranking_dataset(
-        splits.train, batch_size, list_size, shuffle=True, seed=epoch_seed,
-        num_features=splits.num_features,
-        shuffle_buffer_size=min(max(splits.num_train_lists, 1), SHUFFLE_BUFFER_LISTS),
-        list_buckets=buckets, bucket_batch_size=global_batch_size,
-    )
-    num_batches = -(-splits.num_train_lists // batch_size)
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
-    if num_shards > 1:
-        dataset = dataset.shard(num_shards, shard_index)
-    return dataset
+
+class TrainingEpochs:
+    """The training batches of each epoch of a run, from a pipeline prepared once.
+
+    Epoch e's batches are shuffled with a seed drawn from `(seed, e)`. The files are described and
+    checked, and the pipeline's map functions traced, on first use (per batch size and shard),
+    not again each epoch (`tfapprox.data.ranking_dataset_by_seed`): the same batches in the same
+    order, for less work per epoch (docs/benchmarks.md, "Per-epoch overhead of the trainer").
+    """
+
+    def __init__(self, splits: Splits, list_size: int | None, *, seed: int,
+                 global_batch_size: int | None = None):
+        self._splits, self._list_size, self._seed = splits, list_size, seed
+        self._global_batch_size = global_batch_size
+        self._pipelines: dict[tuple[int, int], Callable[[int], tf.data.Dataset]] = {}
+
+    def dataset(self, epoch: int, batch_size: int, *, num_shards: int = 1,
+                shard_index: int = 0) -> tf.data.Dataset:
+        """Returns epoch `epoch`'s batches of `batch_size` lists (shard `shard_index` of
+        `num_shards`; see `train_dataset`)."""
+        from tfapprox.data import ranking_dataset_by_seed
+
+        splits, list_size = self._splits, self._list_size
+        if (batch_size, num_shards) not in self._pipelines:
+            self._pipelines[batch_size, num_shards] = ranking_dataset_by_seed(
+                splits.train, batch_size, list_size, shuffle=True,
+                num_features=splits.num_features,
+                shuffle_buffer_size=min(max(splits.num_train_lists, 1), SHUFFLE_BUFFER_LISTS),
+                list_buckets=splits.train_buckets if list_size is None else None,
+                bucket_batch_size=self._global_batch_size,
+            )
+        epoch_seed = int(np.random.SeedSequence([self._seed, epoch]).generate_state(1)[0] >> 1)
+        dataset = self._pipelines[batch_size, num_shards](epoch_seed)
+        num_batches = -(-splits.num_train_lists // batch_size)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
+        if num_shards > 1:
+            dataset = dataset.shard(num_shards, shard_index)
+        return dataset
 
 
 def eval_dataset(paths: list[str], splits: Splits) -> tf.data.Dataset:

@@ -114,6 +114,8 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
             return _finish({**finished, **_scores(built, splits)}, config, built, splits, dist, say)
 
     vali = data.eval_dataset(splits.vali, splits)
+    epochs = data.TrainingEpochs(splits, config.data.list_size, seed=config.train.seed,
+                                 global_batch_size=config.train.batch_size)
     summaries = _Summaries(run_files.log_dirs(run_dir)) if dist.is_chief else None
     # Workers of one cluster must take the same steps: there Ctrl-C interrupts where it lands.
     with interrupts.deferred(enabled=dist.name != "multi_worker") as stop:
@@ -121,7 +123,8 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
                      _Progbar(config.train.epochs)]
         try:
             while state.epoch < config.train.epochs and not state.stopped_early:
-                logs = _train_one_epoch(config, built.model, splits, dist, state.epoch, callbacks)
+                logs = _train_one_epoch(config, built.model, splits, epochs, dist, state.epoch,
+                                        callbacks)
                 if stop.is_set():
                     raise KeyboardInterrupt  # the epoch was cut short: neither recorded nor saved
                 _add_gaps(logs, built.eval_metrics)
@@ -297,14 +300,14 @@ def _train_adarank(config: Config, fresh: bool, say: Printer,
 
 
 def _train_one_epoch(config: Config, model: keras.Model, splits: data.Splits,
-                     dist: distribute.Distribution, epoch: int,
+                     epochs: data.TrainingEpochs, dist: distribute.Distribution, epoch: int,
                      callbacks: list[keras.callbacks.Callback]) -> dict[str, float]:
-    """Runs `fit` over epoch `epoch`'s training batches; returns the epoch's logs."""
+    """Runs `fit` over epoch `epoch`'s training batches (from `epochs`); returns the epoch's
+    logs."""
     started = time.perf_counter()
     train_input = dist.distribute(
-        lambda batch, shards, index: data.train_dataset(
-            splits, batch, config.data.list_size, seed=(config.train.seed, epoch),
-            num_shards=shards, shard_index=index, global_batch_size=config.train.batch_size),
+        lambda batch, shards, index: epochs.dataset(epoch, batch, num_shards=shards,
+                                                    shard_index=index),
         config.train.batch_size,
     )
     history = model.fit(

@@ -18,6 +18,7 @@ from tfapprox.data.dataset import (
     check_relevant_documents,
     describe,
     ranking_dataset,
+    ranking_dataset_by_seed,
 )
 from tfapprox.data.folds import find_folds, find_split_files
 from tfapprox.data.letor import LetorFormatError, Query, read_queries
@@ -43,6 +44,7 @@ __all__ = [
     "parse_elwc",
     "parse_examples",
     "ranking_dataset",
+    "ranking_dataset_by_seed",
     "read_queries",
     "read_spec",
     "write_letor",

@@ -237,7 +237,7 @@ def list_parser(
     label_dtype: tf.DType = tf.float32,
     *,
     list_size: int | None = None,
-    seed: int | None = None,
+    seed: int | tf.Tensor | None = None,
 ) -> Callable:
     """Returns ``parse(serialized [B], batch_index=None) -> (features, mask, labels)``.
 
@@ -249,7 +249,8 @@ def list_parser(
     def parse(serialized, batch_index=None):
         step_seed = None
         if seed is not None and list_size is not None:
-            step_seed = tf.stack([tf.constant(seed, tf.int64), tf.cast(batch_index, tf.int64)])
+            step_seed = tf.stack([tf.convert_to_tensor(seed, tf.int64),
+                                  tf.cast(batch_index, tf.int64)])
         if record_format == "elwc":
             examples, lengths = records.decode_elwc(serialized)
             if list_size is not None:
@@ -464,7 +465,8 @@ def ranking_dataset(
       shuffle: shuffle the file order and the lists (through a ``shuffle_buffer_size`` buffer) anew
         each epoch.
       seed: makes shuffling and random truncation repeatable; with a seed (or without shuffling) the
-        element order is deterministic.
+        element order is deterministic. For a dataset per seed (per epoch), see
+        :func:`ranking_dataset_by_seed`.
       num_features: F; taken from the files when None (they must agree).
       repeat: repeat indefinitely.
       random_subset: truncate to a uniformly random subset of each longer list (relevant documents are
@@ -497,6 +499,23 @@ def ranking_dataset(
       shards.RecordError: a corrupt first record, or shards that disagree on the feature count.
       letor.LetorFormatError: malformed LETOR text.
     """
+    arguments = dict(locals())  # the arguments above, all of which but seed the builder takes
+    del arguments["seed"]
+    return ranking_dataset_by_seed(**arguments)(seed)
+
+
+def ranking_dataset_by_seed(
+    file_pattern, batch_size: int, list_size: int | None = None, shuffle: bool = True, *,
+    num_features=None, repeat=False, drop_remainder=False, shuffle_buffer_size=1024,
+    random_subset=None, num_shards=1, shard_index=0, deterministic=None, cycle_length=4,
+    verify=None, list_buckets=None, bucket_batch_size=None,
+) -> Callable[[int | None], tf.data.Dataset]:
+    """Returns ``dataset(seed)``, :func:`ranking_dataset` of these arguments (the same, but
+    ``seed``) and ``seed``, for datasets that differ only by their seed (a trainer's epochs).
+
+    The files are found, described and checked here, once, and the pipeline's map functions are
+    traced on the first call; later calls build only the seeded shuffles and reuse the rest.
+    """
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}")
     if list_size is not None and (not isinstance(list_size, (int, np.integer)) or list_size < 1):
@@ -515,23 +534,11 @@ def ranking_dataset(
     elif list_buckets is not None and (not list_buckets or list_buckets[0] < 1
                                        or list(list_buckets) != sorted(set(list_buckets))):
         raise ValueError(f"list_buckets must be increasing positive sizes; got {list_buckets!r}")
-    if random_subset is None:
-        random_subset = shuffle
-    if deterministic is None:
-        deterministic = seed is not None or not shuffle
-    if seed is None and (shuffle or random_subset):
-        seed_for_subset = int(np.random.default_rng().integers(2**31))
-    else:
-        seed_for_subset = seed if seed is not None else 0
-
     if info.kind == "letor":
-        lists = [
+        lists = tf.constant([
             records.encode_elwc(q.features, q.labels, q.qid)
             for q in letor.read_queries(info.files, info.num_features)
-        ]
-        data = tf.data.Dataset.from_tensor_slices(tf.constant(lists, dtype=tf.string))
-        if num_shards > 1:
-            data = data.shard(num_shards, shard_index)
+        ], dtype=tf.string)
     else:
         files = info.files
         if num_shards > 1:
@@ -549,47 +556,64 @@ def ranking_dataset(
             else:
                 shards.check_size(path)
         files = [str(f) for f in files]
-        file_data = tf.data.Dataset.from_tensor_slices(files)
-        if shuffle:
-            file_data = file_data.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-        data = file_data.interleave(
-            lambda f: tf.data.TFRecordDataset(f, buffer_size=1 << 20),
-            cycle_length=max(1, min(cycle_length, len(files))),
-            block_length=1,
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=deterministic,
-        )
-    if shuffle:
-        data = data.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        data = data.repeat()
-    if list_buckets:
-        data = _grouped_by_bucket(data, _lengths_reader(info.record_format), list(list_buckets),
-                                  bucket_batch_size)
-    data = data.batch(batch_size, drop_remainder=drop_remainder)
-    parse = list_parser(
-        info.record_format,
-        info.num_features,
-        info.layout,
-        info.label_dtype,
-        list_size=list_size,
-        seed=seed_for_subset if random_subset else None,
-    )
+    if random_subset is None:
+        random_subset = shuffle
 
-    def to_model_inputs(batch_index, batch):
-        lengths, serialized = batch if list_buckets else (None, batch)
-        features, mask, labels = parse(serialized, batch_index)
+    @tf.function
+    def batches(data: tf.data.Dataset, subset_seed: tf.Tensor | None,
+                ordered: bool) -> tf.data.Dataset:
+        """Returns the batches of the (shuffled) serialized lists `data`, in order if `ordered`:
+        traced once per kind of `data`, then reused."""
+        if repeat:
+            data = data.repeat()
         if list_buckets:
-            size = tf.cast(_bucket_padding(lengths, list(list_buckets), batch_size), tf.int32)
-            features, mask = _pad_to(features, size, 0.0), _pad_to(mask, size, False)
-            labels = _pad_to(labels, size, records.PAD_LABEL)
-        return {"features": features, "mask": mask}, labels
+            data = _grouped_by_bucket(data, _lengths_reader(info.record_format),
+                                      list(list_buckets), bucket_batch_size)
+        data = data.batch(batch_size, drop_remainder=drop_remainder)
+        parse = list_parser(info.record_format, info.num_features, info.layout, info.label_dtype,
+                            list_size=list_size, seed=subset_seed)
 
-    data = data.enumerate().map(
-        to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
-    )
-    return data.prefetch(tf.data.AUTOTUNE)
+        def to_model_inputs(batch_index, batch):
+            lengths, serialized = batch if list_buckets else (None, batch)
+            features, mask, labels = parse(serialized, batch_index)
+            if list_buckets:
+                size = tf.cast(_bucket_padding(lengths, list(list_buckets), batch_size), tf.int32)
+                features, mask = _pad_to(features, size, 0.0), _pad_to(mask, size, False)
+                labels = _pad_to(labels, size, records.PAD_LABEL)
+            return {"features": features, "mask": mask}, labels
 
+        data = data.enumerate().map(
+            to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered
+        )
+        return data.prefetch(tf.data.AUTOTUNE)
+
+    def dataset(seed: int | None) -> tf.data.Dataset:
+        ordered = deterministic if deterministic is not None else seed is not None or not shuffle
+        if seed is None and (shuffle or random_subset):
+            seed_for_subset = int(np.random.default_rng().integers(2**31))
+        else:
+            seed_for_subset = seed if seed is not None else 0
+        if info.kind == "letor":
+            data = tf.data.Dataset.from_tensor_slices(lists)
+            if num_shards > 1:
+                data = data.shard(num_shards, shard_index)
+        else:
+            file_data = tf.data.Dataset.from_tensor_slices(files)
+            if shuffle:
+                file_data = file_data.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+            data = file_data.interleave(
+                lambda f: tf.data.TFRecordDataset(f, buffer_size=1 << 20),
+                cycle_length=max(1, min(cycle_length, len(files))),
+                block_length=1,
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=ordered,
+            )
+        if shuffle:
+            data = data.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+        subset_seed = tf.constant(seed_for_subset, tf.int64) if random_subset else None
+        return batches(data, subset_seed, ordered)
+
+    return dataset
 
 
 SPLIT_NAMES = {"train": "training", "vali": "validation", "test": "test"}

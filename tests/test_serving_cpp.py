@@ -48,6 +48,12 @@ def _adarank_scorer(seed):
     return model
 
 
+def _adapted(model, seed):
+    """Returns `model` with its input quantiles fitted to heavy-tailed random documents."""
+    model.adapt(np.random.default_rng(seed).exponential(size=(64, NUM_FEATURES)) ** 3)
+    return model
+
+
 MODELS = {
     "B64": lambda: _fitted(build_scorer("B64"), 1),
     "linear": lambda: _fitted(build_scorer("LINEAR"), 2),
@@ -55,6 +61,8 @@ MODELS = {
     # DASALC's pieces, small: log1p inputs, input noise, self-attention over the list
     "dasalc": lambda: _fitted(build_scorer("dasalc", hidden_units=(16,), attention_layers=1,
                                            attention_units=8), 4),
+    # inputs through their training quantiles to N(0, 1): the quantiles travel as weights
+    "quantile": lambda: _fitted(_adapted(build_scorer("B64", input_transform="quantile"), 5), 5),
 }
 INTERACTING = {"dasalc"}  # scorers whose documents meet: a document's score depends on its list
 # Signatures that take one document a string: each document is scored as a list of its own.

@@ -323,6 +323,22 @@ def test_mixed_precision_and_jit(tmp_path, cache_dir):
     assert keras.config.dtype_policy().name == "float32"  # restored for whoever runs next
 
 
+def test_quantile_inputs_are_fitted_to_the_training_documents(tmp_path, cache_dir):
+    """`model.input_transform=quantile`: the trainer fits the quantiles to the training split's
+    documents (padding left out) before the first step, and the best model keeps them."""
+    config = tiny_config(tmp_path, cache_dir, **{
+        "model.input_transform": "quantile", "train.epochs": 1, "export.enabled": False})
+    printed = []
+    train.train(config, print_fn=printed.append)
+    splits = data.resolve(config.data, print_fn=lambda _: None)
+    features, _, masks = data.padded_lists(splits.train, splits)
+    documents = np.concatenate([f[m] for f, m in zip(features, masks)])
+    assert f"Input quantiles fitted to {len(documents)} training documents" in printed
+    quantiles = train.restore_best(config, splits.num_features).eval_model.quantile.quantiles
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(quantiles),
+                               np.quantile(documents, np.linspace(0, 1, 128), axis=0), rtol=1e-6)
+
+
 VARIED_LENGTHS = {"num_queries": 200, "docs_per_query": 20, "num_features": 8}  # lists of 10-30
 
 

@@ -98,6 +98,15 @@ def _split_inputs(inputs):
     return features, mask
 
 
+def _known_last_dimension(layer, input_shape, what):
+    """Returns `input_shape[-1]`, or raises naming `layer` and `what` the dimension is if None."""
+    if input_shape[-1] is None:
+        raise ValueError(
+            f"{layer.name}: {what} must be known; received input shape {tuple(input_shape)}."
+        )
+    return input_shape[-1]
+
+
 @keras.saving.register_keras_serializable(package="tfapprox")
 class MaskedBatchNormalization(keras.layers.Layer):
     """Batch normalisation whose batch moments cover only the positions where `mask` is True.
@@ -132,13 +141,7 @@ class MaskedBatchNormalization(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, input_shape):
-        channels = input_shape[-1]
-        if channels is None:
-            raise ValueError(
-                f"{self.name}: the last (channel) dimension must be known; received input shape "
-                f"{tuple(input_shape)}."
-            )
-        shape = (channels,)
+        shape = (_known_last_dimension(self, input_shape, "the last (channel) dimension"),)
         self.gamma = (
             self.add_weight(shape=shape, name="gamma", initializer="ones", autocast=False)
             if self.scale
@@ -238,12 +241,7 @@ class QuantileTransform(keras.layers.Layer):
         self.num_quantiles = num_quantiles
 
     def build(self, input_shape):
-        channels = input_shape[-1]
-        if channels is None:
-            raise ValueError(
-                f"{self.name}: the feature dimension must be known; received input shape "
-                f"{tuple(input_shape)}."
-            )
+        channels = _known_last_dimension(self, input_shape, "the feature dimension")
         normal = self._normal_quantiles()
         self.quantiles = self.add_weight(
             shape=(self.num_quantiles, channels), name="quantiles", trainable=False,
@@ -518,7 +516,7 @@ class DNNScorer(keras.Model):
                 f"{tuple(feature_shape)}."
             )
         width = num_features
-        if self.quantile is not None:
+        if self.quantile is not None and not self.quantile.built:  # adapt may have built it
             self.quantile.build((None, None, width))
         if self.input_norm is not None:
             self.input_norm.build((None, None, width))

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC, read_cached
-from benchmarks.experiment_studies import (LOSS_STUDY_REFERENCE, MIXED_ENSEMBLE_STUDIES,
+from benchmarks.experiment_studies import (LOSS_STUDY_REFERENCE, MIXED_ENSEMBLE_RECIPES,
                                            SEED_CHALLENGERS, SEED_LOSSES, YILMAZ_MEASURES,
                                            runs_of)
 
@@ -188,8 +188,8 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
         if "losses" in shown:
             parts.append(_losses(rows["losses"], rows["gbdt"], data, folds))
         if "mixed_ensemble" in shown:
-            mixed[data.name] = ([r for name in MIXED_ENSEMBLE_STUDIES for r in rows[name]],
-                                rows["mixed_ensemble"], _gbdt_reference(rows["gbdt"], folds))
+            mixed[data.name] = (rows, rows["mixed_ensemble"],
+                                _gbdt_reference(rows["gbdt"], folds))
         if "precision" in shown:
             parts.append(_precision(rows["precision"], data, folds))
         convention = [r for name in ("chen", "lightgbm") for r in shown.get(name, [])]
@@ -516,16 +516,64 @@ def _members_apart(row, rows):
 
 
 def _mixed_ensemble(by_set, folds):
-    """Checks the members of the mixed ensemble study's first setting, its recipe, against their
-    rule on the cache (the settings of `MIXED_ENSEMBLE_STUDIES` run on every fold and seed of
-    every set, by validation NDCG@10 averaged over the sets), and says, set by set, how it and
-    any variant fare against the GBDT reference in test NDCG@10 and whether each meets issue
-    30's target."""
+    """Checks the members of each recipe of the mixed ensemble study (`MIXED_ENSEMBLE_RECIPES`)
+    against its rule on the cache (the settings of its studies run on every fold and seed of
+    every set, by validation NDCG@10 averaged over the sets), and says, set by set, how each
+    recipe and variant fares against the GBDT reference in test NDCG@10 and whether each meets
+    issue 30's target. `by_set`: {set: (rows by study, the ensembles' rows, the reference)}."""
     sets = list(by_set)
-    recipe = by_set[sets[0]][1][0].setting
+    ensembles = [r.setting for r in by_set[sets[0]][1]]
+    lines = ["## The ensemble of different settings (issue 30)\n",
+             "`python -m benchmarks.experiments run --study mixed_ensemble`. Each recipe is one "
+             "for every set, its members fixed by a rule on validation before any of its test "
+             f"figures was read: the settings of the studies it names with the best validation "
+             f"{SELECT_METRIC} averaged over {', '.join(sets)} (each set's mean over its folds "
+             "and seeds), among those run on every fold and seed of every set. Any other "
+             "ensemble below is a variant, not a recipe: see its comment in "
+             "`benchmarks/experiment_studies.py` for when and why it was added.\n"]
+    for recipe in (s for s in ensembles if s.loss in MIXED_ENSEMBLE_RECIPES):
+        lines.append(_rule_checked(recipe, MIXED_ENSEMBLE_RECIPES[recipe.loss], by_set, folds))
+    lines += ["| ensemble | set | test ndcg@10 | best GBDT | ensemble − best GBDT | "
+              "standing |", "|---|---|---|---|---|---|"]
+    verdicts = []
+    for i, setting in enumerate(ensembles):
+        kind = "recipe" if setting.loss in MIXED_ENSEMBLE_RECIPES else "variant"
+        standings, below = [], []
+        for name, (_, rows, reference) in by_set.items():
+            row = rows[i]
+            test = None if reference is None else paired(row, reference, folds, "ndcg@10",
+                                                         every_seed=True)
+            if test is None:
+                lines.append(f"| {kind}: {setting.label()} | {name} | not run | — | — | — |")
+                continue
+            diff, p, _ = test
+            standings.append((diff, _standing(diff, p)))
+            if diff < 0:
+                below.append(f"{name} ({diff:+.4f}, {'not ' * (p >= SIGNIFICANT)}significantly)")
+            gbdt = _fmt(reference.cell(folds, "ndcg@10"))
+            lines.append(f"| {kind}: {setting.label()} | {name} | "
+                         f"{_fmt(row.cell(folds, 'ndcg@10'))} | {gbdt} "
+                         f"({reference.setting.model}) | {diff:+.4f} (p = {p:.3f}) | "
+                         f"{VERDICTS[_standing(diff, p)]} |")
+        met = (len(standings) == len(sets) and all(d >= 0 for d, _ in standings)
+               and sum(s == "ahead" for _, s in standings) >= 2)
+        verdicts.append(f"the {kind} {setting.label()}: "
+                        f"**{'met' if met else 'not met'}**"
+                        + (f", below the best GBDT on {', '.join(below)}" if below else ""))
+    lines += ["", "Cells: mean ± std over seeds; differences: each query's test NDCG@10 averaged "
+                  "over each row's every seed, paired t-test. Issue 30's target (at or above the "
+                  "best GBDT on every set, significantly above on at least two): "
+                  + "; ".join(verdicts) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _rule_checked(recipe, studied, by_set, folds):
+    """Says which settings of the studies `studied` the mixed-ensemble rule ranks first on the
+    cache, and whether they are the members of `recipe`."""
+    sets = list(by_set)
     validation = {}  # setting -> [its validation mean on each set]
-    for candidates, _, _ in by_set.values():
-        for row in candidates:
+    for rows, _, _ in by_set.values():
+        for row in (row for name in studied for row in rows[name]):
             if len(row.by_fold_seed) == row.planned:
                 validation.setdefault(row.setting, []).append(row.validation_mean(folds))
     ranked = sorted((s for s, means in validation.items() if len(means) == len(sets)),
@@ -537,51 +585,11 @@ def _mixed_ensemble(by_set, folds):
                 + ", ".join(f"{name} {v:.4f}" for name, v in zip(sets, validation[setting]))
                 + ")")
 
-    lines = ["## The ensemble of different settings (issue 30)\n",
-             f"`python -m benchmarks.experiments run --study mixed_ensemble`. The recipe, one "
-             f"for every set: {recipe.label()}, its members fixed by a rule on validation before "
-             f"any of its test figures was read: the {k} settings of the "
-             f"{' and '.join(MIXED_ENSEMBLE_STUDIES)} studies with the best validation "
-             f"{SELECT_METRIC} averaged over {', '.join(sets)} (each set's mean over its folds "
-             "and seeds), among those run on every fold and seed of every set. From the cache, "
-             "best first: " + "; ".join(map(named, ranked[:k + 2])) + ". "
-             + ("The recipe's members are these." if set(ranked[:k]) == set(recipe.members) else
-                "**The recipe's members are not these**: the cache no longer picks them.")
-             + (" Any other ensemble below is a variant, not the recipe: see its comment in "
-                "`benchmarks/experiment_studies.py` for when and why it was added."
-                if len(by_set[sets[0]][1]) > 1 else ""),
-             "", "| ensemble | set | test ndcg@10 | best GBDT | ensemble − best GBDT | "
-                 "standing |", "|---|---|---|---|---|---|"]
-    verdicts = []
-    for i, setting in enumerate([r.setting for r in by_set[sets[0]][1]]):
-        standings, below = [], []
-        for name, (_, rows, reference) in by_set.items():
-            row = rows[i]
-            test = None if reference is None else paired(row, reference, folds, "ndcg@10",
-                                                         every_seed=True)
-            if test is None:
-                lines.append(f"| {'recipe' if i == 0 else 'variant'}: {setting.label()} | "
-                             f"{name} | not run | — | — | — |")
-                continue
-            diff, p, _ = test
-            standings.append((diff, _standing(diff, p)))
-            if diff < 0:
-                below.append(f"{name} ({diff:+.4f}, {'not ' * (p >= SIGNIFICANT)}significantly)")
-            gbdt = _fmt(reference.cell(folds, "ndcg@10"))
-            lines.append(f"| {'recipe' if i == 0 else 'variant'}: {setting.label()} | {name} | "
-                         f"{_fmt(row.cell(folds, 'ndcg@10'))} | {gbdt} "
-                         f"({reference.setting.model}) | {diff:+.4f} (p = {p:.3f}) | "
-                         f"{VERDICTS[_standing(diff, p)]} |")
-        met = (len(standings) == len(sets) and all(d >= 0 for d, _ in standings)
-               and sum(s == "ahead" for _, s in standings) >= 2)
-        verdicts.append(f"{'the recipe' if i == 0 else f'the variant {setting.label()}'}: "
-                        f"**{'met' if met else 'not met'}**"
-                        + (f", below the best GBDT on {', '.join(below)}" if below else ""))
-    lines += ["", "Cells: mean ± std over seeds; differences: each query's test NDCG@10 averaged "
-                  "over each row's every seed, paired t-test. Issue 30's target (at or above the "
-                  "best GBDT on every set, significantly above on at least two): "
-                  + "; ".join(verdicts) + "."]
-    return "\n".join(lines) + "\n"
+    return (f"Recipe {recipe.label()}: the rule's {k} best of the {', '.join(studied)} "
+            f"{'study' if len(studied) == 1 else 'studies'}. "
+            "From the cache, best first: " + "; ".join(map(named, ranked[:k + 2])) + ". "
+            + ("Its members are these.\n" if set(ranked[:k]) == set(recipe.members) else
+               "**Its members are not these**: the cache no longer picks them.\n"))
 
 
 def _points_chosen(row, folds):

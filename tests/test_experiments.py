@@ -265,7 +265,8 @@ def test_smoke_run_writes_every_table_and_plot(tmp_path):
                   "catboost YetiRank", "xgboost rank:ndcg", "Reference (best GBDT",
                   "dasalc approx_ndcg", "dasalc approx_ndcg(alpha=10.0) ensemble of 2 seeds",
                   "ensemble of B64 approx_ndcg(alpha=10.0) + B64 softmax_loss() (ensemble seeds 0",
-                  "The ensemble of different settings (issue 30)"):
+                  "The ensemble of different settings (issue 30)",
+                  "the rule's 2 best of the losses study", "Its members are these."):
         assert title in text
     assert "| not run" not in text, "the smoke run should fill every table"
     assert re.search(r"\(p = \d\.\d{3}\)", text)  # paired tests were computed

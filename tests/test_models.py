@@ -357,6 +357,16 @@ def test_quantile_transform_before_adapt_passes_normal_inputs_through():
     np.testing.assert_allclose(ops.convert_to_numpy(QuantileTransform()(x)), x, atol=0.02)
 
 
+def test_quantile_transform_refuses_non_finite_training_values():
+    features = np.ones((2, 3, 2))
+    features[1, 2, 0] = np.nan
+    mask = np.ones((2, 3), bool)
+    with pytest.raises(ValueError, match="1 non-finite feature values .* in 1 of 6 valid"):
+        QuantileTransform().adapt(features, mask)
+    mask[1, 2] = False  # padding may hold anything
+    QuantileTransform().adapt(features, mask)
+
+
 @pytest.mark.parametrize("num_quantiles", [1, 2.5, None])
 def test_quantile_transform_refuses_bad_sizes(num_quantiles):
     with pytest.raises(ValueError, match="num_quantiles must be an integer >= 2"):

@@ -218,7 +218,7 @@ class QuantileTransform(keras.layers.Layer):
     set by `adapt` from training documents, so F̂ interpolates the empirical CDF linearly between
     them. Where quantiles tie (a value many documents share, such as a missing feature's 0), the
     tied interval counts half for `x` equal to it, all for `x` above: the value gets its mid-rank.
-    F̂ is clipped to [1/(2n), 1 − 1/(2n)] before Φ⁻¹, so the output lies within about ±2.9 (n = 128).
+    F̂ is clipped to [1/(2n), 1 − 1/(2n)] before Φ⁻¹, so the output lies within ±2.66 (n = 128).
 
     The transform is monotone per feature, so it keeps every feature's order and only changes
     spacing: what trees ignore and a network's first layers are sensitive to. Before `adapt` the
@@ -272,6 +272,12 @@ class QuantileTransform(keras.layers.Layer):
             rows = rows[np.asarray(mask, bool).reshape(-1)]
         if not len(rows):
             raise ValueError(f"{self.name}: adapt got no valid document.")
+        bad = ~np.isfinite(rows)
+        if bad.any():
+            raise ValueError(
+                f"{self.name}: adapt got {int(bad.sum())} non-finite feature values (NaN or "
+                f"inf) in {int(bad.any(axis=1).sum())} of {len(rows)} valid documents."
+            )
         levels = np.linspace(0.0, 1.0, self.num_quantiles)
         self.quantiles.assign(np.quantile(rows, levels, axis=0).astype("float32"))
         return self

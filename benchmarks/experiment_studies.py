@@ -234,7 +234,8 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     found["dasalc_quantile"] = [DASALC_QUANTILE]
     found["dasalc_ensemble"] = [Setting("dasalc", DASALC_ENSEMBLE_LOSS,
                                         dict(DASALC_LOSSES)[DASALC_ENSEMBLE_LOSS],
-                                        members=DASALC_ENSEMBLE)]
+                                        members=DASALC_ENSEMBLE),
+                                dataclasses.replace(DASALC_QUANTILE, members=DASALC_ENSEMBLE)]
     candidates = {(s.model, s.scorer, s.loss): s for studied in MIXED_ENSEMBLE_RECIPES.values()
                   for name in studied for s in found[name]}
     found["mixed_ensemble"] = (

@@ -48,7 +48,8 @@ Studies (`--study`, any subset; the report has the sections of those given):
                ensemble seed s is made of the single runs of seeds 3s, 3s+1, 3s+2 (ensemble
                seed 0: the dasalc study's seeds 0-2; so --seeds 0 reuses those, the default
                seeds train 3-8), trained and cached as dasalc's runs where missing, restored
-               from their checkpoints in --work where there
+               from their checkpoints in --work where there; and the same with quantile inputs
+               (ensemble seed 0: dasalc_quantile's seeds 0-2)
   mixed_ensemble  an ensemble of different settings, one recipe for every set: the three
                settings of the dasalc and losses studies with the best validation NDCG@10
                averaged over the three sets (DASALC with the pairwise soft zero-one loss, B64

@@ -58,11 +58,11 @@ MODELS = {
     "B64": lambda: _fitted(build_scorer("B64"), 1),
     "linear": lambda: _fitted(build_scorer("LINEAR"), 2),
     "adarank": lambda: _adarank_scorer(3),
-    # DASALC's pieces, small: log1p inputs, input noise, self-attention over the list
-    "dasalc": lambda: _fitted(build_scorer("dasalc", hidden_units=(16,), attention_layers=1,
-                                           attention_units=8), 4),
-    # inputs through their training quantiles to N(0, 1): the quantiles travel as weights
-    "quantile": lambda: _fitted(_adapted(build_scorer("B64", input_transform="quantile"), 5), 5),
+    # DASALC's pieces, small: input noise, self-attention over the list, and its inputs through
+    # their training quantiles to N(0, 1) (the quantiles travel as weights; log1p is elementwise)
+    "dasalc": lambda: _fitted(_adapted(build_scorer("dasalc", hidden_units=(16,),
+                                                    attention_layers=1, attention_units=8,
+                                                    input_transform="quantile"), 5), 4),
 }
 INTERACTING = {"dasalc"}  # scorers whose documents meet: a document's score depends on its list
 # Signatures that take one document a string: each document is scored as a list of its own.

@@ -528,7 +528,8 @@ ADAPT_DOCUMENTS = 200_000
 def _adapt_inputs(built: Built, splits: data.Splits, say: Printer) -> None:
     """Fits the scorer's input transform to the training documents (`DNNScorer.adapt`: the
     quantiles of `model.input_transform=quantile`), at most `ADAPT_DOCUMENTS` of them in file
-    order; does nothing for the other transforms. A resumed run then restores the same values."""
+    order; does nothing for the other transforms. The evaluation model takes them with the
+    model's weights (each validation, the checkpoint); a resumed run restores the same values."""
     if getattr(built.model, "quantile", None) is None:
         return
     rows, count = [], 0
@@ -539,7 +540,6 @@ def _adapt_inputs(built: Built, splits: data.Splits, say: Printer) -> None:
             break
     documents = np.concatenate(rows)[:ADAPT_DOCUMENTS]
     built.model.adapt(documents)
-    built.eval_model.adapt(documents)
     say(f"Input quantiles fitted to {len(documents)} training documents")
 
 

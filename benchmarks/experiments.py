@@ -43,6 +43,9 @@ Studies (`--study`, any subset; the report has the sections of those given):
                rate 0.2, yeti_logistic_loss or sigmoid_cross_entropy_loss instead
   dasalc_quantile  DASALC with the pairwise soft zero-one loss and the quantile input transform
                (each feature through its training quantiles to N(0, 1)) instead of log1p
+  losses_quantile  B64 with the quantile input transform and each of the losses study's three
+               best losses by validation over the three sets (unique_softmax_loss, RankNet,
+               weighted RankNet)
   dasalc_ensemble  DASALC-ens (Qin et al., ICLR 2021): DASALC with the pairwise soft zero-one
                loss trained with 3 seeds, the mean of their scores standardised within each list;
                ensemble seed s is made of the single runs of seeds 3s, 3s+1, 3s+2 (ensemble

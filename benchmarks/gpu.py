@@ -36,6 +36,12 @@ lists above `BLOCKED_ABOVE`, dense pairs and blocks of 1024 columns. Beside the 
 prints the median CPU time a step over the rounds (`time.process_time`, steadier than wall time
 where other work shares the machine). It shows which path is fastest on the device at hand.
 
+`--scorers` prints, instead of 1-4, the training step of (4) for B1024, DASALC (`build_scorer(
+"dasalc")`: log1p inputs, two self-attention blocks over the list) and DASALC with quantile inputs
+(fitted to the batch), at lists of 100 (320 a step), 1000 (32) and 10,000 (4), in float32 and mixed
+bfloat16: documents/s, milliseconds a step, and the temporary memory XLA planned for the step
+(self-attention's `[lists, heads, L, L]` arrays grow as L² a list).
+
 `--tiny` runs the same code at small sizes on any device in seconds (the suite runs it on CPU so
 that it cannot rot); its figures mean nothing.
 """
@@ -68,6 +74,10 @@ ALPHA = 10.0  # our losses' default smoothing; Rax's temperature is 1 / ALPHA
 SIZES = {"full": ((10, 4096), (100, 1024), (1000, 64), (10000, 4)), "tiny": ((10, 4), (40, 2))}
 TRAIN = {"full": {"lists": ((100, 320), (1000, 32)), "features": 136, "preset": "B1024"},
          "tiny": {"lists": ((10, 4),), "features": 8, "preset": "B64"}}
+# `--scorers`: the scorers (a preset and `build_scorer` options) and list sizes × lists a step
+SCORERS = (("B1024", {}), ("dasalc", {}), ("dasalc", {"input_transform": "quantile"}))
+SCORER_LISTS = {"full": ((100, 320), (1000, 32), (10000, 4)), "tiny": ((10, 4),)}
+SCORER_POLICIES = {"full": ("float32", "mixed_bfloat16"), "tiny": ("float32",)}
 MATMUL_SIZE = {"full": 8192, "tiny": 256}
 LONG_LIST = {"full": 60_000, "tiny": 2_000}
 
@@ -294,17 +304,20 @@ def dense_weights_per_document(preset, num_features):
     return sum(a * b for a, b in zip(widths, widths[1:]))
 
 
-def training_rate(preset, num_features, list_size, batch, policy, seconds, rounds):
-    """Returns documents/s of one jitted Adagrad step of ApproxNDCG on the scorer."""
+def training_rate(preset, num_features, list_size, batch, policy, seconds, rounds, **options):
+    """Returns documents/s of one jitted Adagrad step of ApproxNDCG on the scorer
+    (`build_scorer(preset, **options)`, its input quantiles fitted to the batch where it has
+    them), and XLA's temporary bytes for that step (None where the backend plans none)."""
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)
     try:
-        model = build_scorer(preset)  # (keras.utils.set_random_seed would import TensorFlow)
+        model = build_scorer(preset, **options)  # (set_random_seed would import TensorFlow)
         rng = np.random.default_rng(0)
         features = jnp.asarray(rng.normal(size=(batch, list_size, num_features)), "float32")
         mask = jnp.ones((batch, list_size), bool)
         labels, _ = lists(list_size, batch)
         model({"features": features[:1], "mask": mask[:1]})
+        model.adapt(np.asarray(features))
         optimizer = keras.optimizers.Adagrad(0.05)
         optimizer.build(model.trainable_variables)
         loss = losses.ApproxNDCGLoss(alpha=ALPHA)
@@ -330,11 +343,32 @@ def training_rate(preset, num_features, list_size, batch, policy, seconds, round
              [v.value for v in model.non_trainable_variables],
              [v.value for v in optimizer.variables]]
 
+    compiled = step.lower(tuple(state), features, mask, labels).compile()
+
     def one_step():
-        state[:] = jax.block_until_ready(step(tuple(state), features, mask, labels))
+        state[:] = jax.block_until_ready(compiled(tuple(state), features, mask, labels))
 
     (rate,) = best_rate([one_step], seconds, rounds)
-    return rate * batch * list_size
+    return rate * batch * list_size, temporary_bytes(compiled)
+
+
+def scorer_table(num_features, sizes, policies, seconds, rounds):
+    """Times the training step of each of `SCORERS` at `sizes` ((list size, lists a step), ...)
+    in each dtype policy, printing each row as it is measured; returns the table."""
+    lines = [f"Training step ({num_features} features, Adagrad, ApproxNDCG) of each scorer:",
+             "| scorer | list size | lists a step | precision | documents/s | ms a step "
+             "| XLA's temporaries |", "|---|---:|---:|---|---:|---:|---:|"]
+    for list_size, batch in sizes:
+        for preset, options in SCORERS:
+            name = preset + "".join(f" {k}={v}" for k, v in options.items())
+            for policy in policies:
+                documents, temporary = training_rate(preset, num_features, list_size, batch,
+                                                     policy, seconds, rounds, **options)
+                lines.append(f"| {name} | {list_size} | {batch} | {policy} | {documents:,.0f} "
+                             f"| {batch * list_size / documents * 1e3:,.2f} "
+                             f"| {megabytes(temporary)} |")
+                print(f"  {lines[-1]}", file=sys.stderr, flush=True)
+    return "\n".join(lines)
 
 
 def describe_device():
@@ -373,6 +407,8 @@ def main(argv=None):
                         help="small sizes: seconds on a CPU, figures meaningless (the suite's check)")
     parser.add_argument("--paths", action="store_true",
                         help="time the pair-sum losses under each compiled-mode switch instead")
+    parser.add_argument("--scorers", action="store_true",
+                        help="time the training step of B1024 and DASALC (log1p, quantile) instead")
     parser.add_argument("--lists", default=None,
                         help="list sizes and batches to time, as 300x256,60000x1 (default: "
                              "10x4096,100x1024,1000x64,10000x4; --tiny 10x4,40x2)")
@@ -392,6 +428,11 @@ def main(argv=None):
     if args.paths:
         print("\nForward+backward of the pair-sum losses under each path setting:")
         print(path_table(path_rows(sizes, seconds, rounds, rax_losses)), flush=True)
+        print(f"\nWall time {time.perf_counter() - started:.0f} s")
+        return
+    if args.scorers:
+        print(scorer_table(TRAIN[scale]["features"], SCORER_LISTS[scale], SCORER_POLICIES[scale],
+                           seconds, rounds))
         print(f"\nWall time {time.perf_counter() - started:.0f} s")
         return
     peak, temporary = long_list_memory(LONG_LIST[scale])
@@ -414,8 +455,8 @@ def main(argv=None):
     print("|---:|---:|---|---:|---:|")
     for list_size, batch in train["lists"]:
         for policy, dtype in (("float32", "float32"), ("mixed_bfloat16", "bfloat16")):
-            documents = training_rate(train["preset"], train["features"], list_size, batch, policy,
-                                      seconds, rounds)
+            documents, _ = training_rate(train["preset"], train["features"], list_size, batch,
+                                         policy, seconds, rounds)
             share = documents * 6 * weights / peaks[dtype]
             print(f"| {list_size} | {batch} | {policy} | {documents:,.0f} | {share:.1%} |",
                   flush=True)

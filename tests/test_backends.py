@@ -235,6 +235,17 @@ def test_gpu_benchmark_times_each_path_setting_tiny():
         assert each_default[5] == each_default[7] == "1.00×"
 
 
+@pytest.mark.slow
+def test_gpu_benchmark_times_each_scorer_tiny():
+    """`--scorers` times the training step of B1024, DASALC and DASALC with quantile inputs, each
+    with its milliseconds a step and XLA's temporaries."""
+    out = run_gpu_benchmark("--tiny", "--scorers")
+    rows = [cells for cells in _table_rows(out) if cells[1:4] == ["10", "4", "float32"]]
+    assert [row[0] for row in rows] == ["B1024", "dasalc", "dasalc input_transform=quantile"]
+    for row in rows:
+        assert re.fullmatch(r"[\d,]+", row[4]) and float(row[5]) > 0 and row[6].endswith("MiB")
+
+
 def _table_rows(text):
     """Returns the cells of each markdown table row in `text` (header and rule lines too)."""
     return [[cell.strip() for cell in line.strip().strip("|").split("|")]

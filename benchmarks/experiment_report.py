@@ -178,12 +178,13 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_direct(rows["direct"], rows["chen"], data, folds))
         if "lightgbm" in shown:
             parts.append(_lightgbm(shown, data, folds))
-        if {"gbdt", "dasalc", "dasalc_search", "dasalc_quantile", "losses_quantile",
-                "dasalc_ensemble", "mixed_ensemble", "dasalc_ablation",
+        if {"gbdt", "dasalc", "dasalc_search", "dasalc_quantile", "dasalc_quantile_search",
+                "losses_quantile", "dasalc_ensemble", "mixed_ensemble", "dasalc_ablation",
                 "dasalc_tuned"} & shown.keys():
             parts.append(_gbdt_and_dasalc(
                 rows["gbdt"], rows["dasalc"] + rows["dasalc_search"] + rows["dasalc_quantile"]
-                + rows["losses_quantile"] + rows["dasalc_ensemble"]
+                + rows["dasalc_quantile_search"] + rows["losses_quantile"]
+                + rows["dasalc_ensemble"]
                 + rows["mixed_ensemble"] + rows["dasalc_ablation"], rows["dasalc_tuned"],
                 [r for study in rows.values() for r in study], data, folds))
         if "losses" in shown:
@@ -416,7 +417,7 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
     `every_row`: the rows of every study, where an ensemble's members are found."""
     lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
              f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_search "
-             f"dasalc_quantile losses_quantile dasalc_ensemble mixed_ensemble dasalc_ablation dasalc_tuned {data.flags()}`. "
+             f"dasalc_quantile dasalc_quantile_search losses_quantile dasalc_ensemble mixed_ensemble dasalc_ablation dasalc_tuned {data.flags()}`. "
              "Seconds per "
              "fold: wall time of every grid point of a fold on one thread, training and scoring, "
              "mean over folds and seeds (as the runs measured it: on a shared machine, compare "
@@ -431,7 +432,9 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
               "on YAHOO) with the pairwise soft zero-one loss and one change each: dropout, "
               "Adagrad's learning rate, or the loss, then (`dasalc_quantile`) with that loss "
               "and each feature mapped through its training quantiles to N(0, 1) instead of "
-              "log1p (`input_transform=quantile`), then (`losses_quantile`) the B64 tower with "
+              "log1p (`input_transform=quantile`), then (`dasalc_quantile_search`, run on YAHOO "
+              "and MQ2008) that with Adagrad's learning rate 0.02 or noise σ = 3.0, then "
+              "(`losses_quantile`) the B64 tower with "
               "those inputs and three losses, then DASALC's ensemble (`ensemble of k "
               "seeds`: DASALC-ens of Qin et al., ICLR 2021; ensemble seed s averages the scores, "
               "each standardised within its list, of the single runs of seeds k·s … "

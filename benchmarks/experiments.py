@@ -43,6 +43,8 @@ Studies (`--study`, any subset; the report has the sections of those given):
                rate 0.2, yeti_logistic_loss or sigmoid_cross_entropy_loss instead
   dasalc_quantile  DASALC with the pairwise soft zero-one loss and the quantile input transform
                (each feature through its training quantiles to N(0, 1)) instead of log1p
+  dasalc_quantile_search  that with Adagrad's learning rate 0.02 (not 0.05), or noise σ 3.0
+               (not 1.5), run on YAHOO and MQ2008
   losses_quantile  B64 with the quantile input transform and each of the losses study's three
                best losses by validation over the three sets (unique_softmax_loss, RankNet,
                weighted RankNet)

@@ -109,6 +109,7 @@ from pathlib import Path
 
 from benchmarks.experiment_runs import GBDTS, DataSet, data_key, execute, read_cached
 from benchmarks.experiment_studies import NEURAL_EPOCHS, runs_of, studies
+from trainer.run_lock import RunDirInUse
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = ("OHSUMED", "MQ2008", "YAHOO")
@@ -120,7 +121,8 @@ def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Pa
     """Executes every missing run, caching each as soon as it finishes; returns how many diverged.
 
     A run that another process cached after the plan was made (two processes sharing a cache,
-    say with disjoint `--loss` lists that overlap at the end) is skipped, not run again.
+    say with disjoint `--loss` lists that overlap at the end) is skipped, not run again, and
+    so is one that another process is running now (its run directory's lock held).
     A run whose training diverges (the trainer's FloatingPointError: a non-finite validation
     measure) is reported on its line, left uncached (the report shows it as not run) and the
     study goes on: one setting's divergence does not cost the rest of a long queue.
@@ -146,6 +148,9 @@ def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Pa
         except FloatingPointError as err:
             diverged += 1
             print(f"{where}: diverged, not cached: {err}", flush=True)
+            continue
+        except RunDirInUse:
+            print(f"{where}: being run by another process, skipped", flush=True)
             continue
         path = run.cache_path(cache)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -111,6 +111,28 @@ def test_a_diverged_run_is_reported_and_the_study_goes_on(tmp_path, capsys, monk
     assert [path.exists() for path in paths] == [True, False, True]
 
 
+def test_a_run_another_process_is_running_is_skipped(tmp_path, capsys, monkeypatch):
+    """Two processes sharing a cache can reach the same run at once: the one that finds its run
+    directory locked skips it (the other caches it) and goes on with the rest."""
+    from trainer.run_lock import RunDirInUse
+
+    cache, data = tmp_path / "cache", fold_tree(tmp_path / "data")
+    paths = lightgbm_cache_paths(cache, "mine", data)
+    real_execute, calls = experiments.execute, []
+
+    def first_in_use(run, files, scratch):
+        calls.append(run)
+        if len(calls) == 1:
+            raise RunDirInUse("run directory R is in use by another trainer")
+        return real_execute(run, files, scratch)
+
+    monkeypatch.setattr(experiments, "execute", first_in_use)
+    assert experiments.main(["run", *LIGHTGBM, "--data-dir", str(data), "--name", "mine",
+                             "--cache", str(cache), "--work", str(tmp_path / "work")]) == 0
+    assert "[1/3]" in capsys.readouterr().out.split("being run by another process, skipped")[0]
+    assert [path.exists() for path in paths] == [False, True, True]
+
+
 def test_a_run_cached_meanwhile_by_another_process_is_not_run_again(tmp_path, capsys,
                                                                       monkeypatch):
     cache, data = tmp_path / "cache", fold_tree(tmp_path / "data")

@@ -89,26 +89,33 @@ def test_run_redoes_an_unreadable_cache_file(tmp_path, capsys):
     assert json.loads(paths[0].read_text())["run"]["fold"] == 1
 
 
-def test_a_diverged_run_is_reported_and_the_study_goes_on(tmp_path, capsys, monkeypatch):
-    """The trainer's FloatingPointError in one run costs that run only: it is named, left
-    uncached, the other runs are cached, and the exit status says a run diverged."""
+def _run_with_one_failing(tmp_path, monkeypatch, failing, error):
+    """Runs the 3 LightGBM runs of a set of one's own with run number `failing` (1-based) raising
+    `error`; returns (the exit status, whether each run is cached)."""
     cache, data = tmp_path / "cache", fold_tree(tmp_path / "data")
     paths = lightgbm_cache_paths(cache, "mine", data)
     real_execute, calls = experiments.execute, []
 
-    def second_diverges(run, files, scratch):
+    def one_fails(run, files, scratch):
         calls.append(run)
-        if len(calls) == 2:
-            raise FloatingPointError("validation ndcg@10 is nan after epoch 3")
+        if len(calls) == failing:
+            raise error
         return real_execute(run, files, scratch)
 
-    monkeypatch.setattr(experiments, "execute", second_diverges)
-    assert experiments.main(["run", *LIGHTGBM, "--data-dir", str(data), "--name", "mine",
-                             "--cache", str(cache), "--work", str(tmp_path / "work")]) == 1
+    monkeypatch.setattr(experiments, "execute", one_fails)
+    status = experiments.main(["run", *LIGHTGBM, "--data-dir", str(data), "--name", "mine",
+                               "--cache", str(cache), "--work", str(tmp_path / "work")])
+    return status, [path.exists() for path in paths]
+
+
+def test_a_diverged_run_is_reported_and_the_study_goes_on(tmp_path, capsys, monkeypatch):
+    """The trainer's FloatingPointError in one run costs that run only: it is named, left
+    uncached, the other runs are cached, and the exit status says a run diverged."""
+    error = FloatingPointError("validation ndcg@10 is nan after epoch 3")
+    assert _run_with_one_failing(tmp_path, monkeypatch, 2, error) == (1, [True, False, True])
     out, err = capsys.readouterr()
     assert "[2/3]" in out and "diverged, not cached: validation ndcg@10 is nan" in out
     assert "1 of 3 runs diverged" in err
-    assert [path.exists() for path in paths] == [True, False, True]
 
 
 def test_a_run_another_process_is_running_is_skipped(tmp_path, capsys, monkeypatch):
@@ -116,21 +123,9 @@ def test_a_run_another_process_is_running_is_skipped(tmp_path, capsys, monkeypat
     directory locked skips it (the other caches it) and goes on with the rest."""
     from trainer.run_lock import RunDirInUse
 
-    cache, data = tmp_path / "cache", fold_tree(tmp_path / "data")
-    paths = lightgbm_cache_paths(cache, "mine", data)
-    real_execute, calls = experiments.execute, []
-
-    def first_in_use(run, files, scratch):
-        calls.append(run)
-        if len(calls) == 1:
-            raise RunDirInUse("run directory R is in use by another trainer")
-        return real_execute(run, files, scratch)
-
-    monkeypatch.setattr(experiments, "execute", first_in_use)
-    assert experiments.main(["run", *LIGHTGBM, "--data-dir", str(data), "--name", "mine",
-                             "--cache", str(cache), "--work", str(tmp_path / "work")]) == 0
+    error = RunDirInUse("run directory R is in use by another trainer")
+    assert _run_with_one_failing(tmp_path, monkeypatch, 1, error) == (0, [False, True, True])
     assert "[1/3]" in capsys.readouterr().out.split("being run by another process, skipped")[0]
-    assert [path.exists() for path in paths] == [False, True, True]
 
 
 def test_a_run_cached_meanwhile_by_another_process_is_not_run_again(tmp_path, capsys,

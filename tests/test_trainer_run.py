@@ -394,25 +394,27 @@ def epoch_digest(batches) -> str:
     return digest.hexdigest()[:16]
 
 
-# Digests of `data.train_dataset`'s epochs on the data of the test below, computed by the code
-# before the training pipeline was built once per run (commit 363fd05): that change had to keep
-# every epoch's batches, their order and their random subsets. Keys: (run seed, epoch).
+# Digests of `data.train_dataset`'s epochs on the data of the test below, computed when seeded
+# datasets stopped reshuffling on each iteration (Keras iterates the first epoch of a process
+# twice: a resumed run's epoch then got other batches than an uninterrupted run's). A change
+# must keep every epoch's batches, their order and their random subsets. Keys: (run seed, epoch).
 EPOCH_DIGESTS = {
-    (0, 0): {"buckets": "c98273a7929764c2", "plain": "4d66e9abc142b000",
-             "list_size": "9c4ae3e516445dc0", "shard 1 of 2": "db7bee72915a6d1d",
-             "three files": "43530eab12e775b6"},
-    (0, 1): {"buckets": "4b1e1733555d5f07", "plain": "c7556d7919619e25",
-             "list_size": "f99ccdc441d3ecf7", "shard 1 of 2": "d71c2d5fde93c1aa",
-             "three files": "4b1e1733555d5f07"},
-    (3, 7): {"buckets": "4edc4768e17236e8", "plain": "ba1e27b122fa78cc",
-             "list_size": "846bebaea2620439", "shard 1 of 2": "e2e6b84c9ec20f26",
-             "three files": "97c363f31a8a39ed"},
+    (0, 0): {"buckets": "fe7c43efc7f987f8", "plain": "24e13d2c2cb74037",
+             "list_size": "33f6b79df180474d", "shard 1 of 2": "e5a42c031118c79d",
+             "three files": "990cf281231067a1"},
+    (0, 1): {"buckets": "c6f64a734d01ef90", "plain": "388fcab8779d6a1f",
+             "list_size": "fe8329221f113c96", "shard 1 of 2": "5a450c93b676a053",
+             "three files": "c6f64a734d01ef90"},
+    (3, 7): {"buckets": "a707b5f8bb37d41a", "plain": "423701b32cd3c342",
+             "list_size": "92b311156c966e46", "shard 1 of 2": "62eabf2745b9b638",
+             "three files": "96ad870428fb7fca"},
 }
 
 
 def test_each_epochs_batches_are_those_of_its_seed_and_epoch(tmp_path):
     """Epoch e of run seed s gets the batches it always got, whether its pipeline is new (a
-    resumed run's first epoch) or was built for earlier epochs; two epochs differ."""
+    resumed run's first epoch) or was built for earlier epochs, and on every iteration of its
+    dataset; two epochs differ."""
     keras.utils.set_random_seed(0)  # as the trainer does with train.seed 0
     config = tiny_config(tmp_path, tmp_path, **{
         "data.synthetic": {"num_queries": 60, "docs_per_query": 20, "num_features": 4},
@@ -429,8 +431,9 @@ def test_each_epochs_batches_are_those_of_its_seed_and_epoch(tmp_path):
     }
     for kind, (split, batch_size, list_size, shard) in kinds.items():
         epochs = data.TrainingEpochs(split, list_size, seed=0, global_batch_size=4)
-        found = {(0, epoch): epoch_digest(epochs.dataset(epoch, batch_size, **shard))
-                 for epoch in (0, 1)}  # one pipeline, epoch after epoch
+        datasets = {(0, epoch): epochs.dataset(epoch, batch_size, **shard) for epoch in (0, 1)}
+        found = {key: epoch_digest(dataset) for key, dataset in datasets.items()}  # one pipeline
+        assert epoch_digest(datasets[0, 0]) == found[0, 0], kind  # iterated again
         found[3, 7] = epoch_digest(data.train_dataset(  # a new one, as a resumed run's
             split, batch_size, list_size, seed=(3, 7), global_batch_size=4, **shard))
         assert found == {seed: digests[kind] for seed, digests in EPOCH_DIGESTS.items()}, kind

@@ -465,7 +465,8 @@ def ranking_dataset(
       shuffle: shuffle the file order and the lists (through a ``shuffle_buffer_size`` buffer) anew
         each epoch.
       seed: makes shuffling and random truncation repeatable; with a seed (or without shuffling) the
-        element order is deterministic. For a dataset per seed (per epoch), see
+        element order is deterministic, the same on every iteration of the dataset (with
+        ``repeat``, each pass is shuffled anew). For a dataset per seed (per epoch), see
         :func:`ranking_dataset_by_seed`.
       num_features: F; taken from the files when None (they must agree).
       repeat: repeat indefinitely.
@@ -589,6 +590,10 @@ def ranking_dataset_by_seed(
 
     def dataset(seed: int | None) -> tf.data.Dataset:
         ordered = deterministic if deterministic is not None else seed is not None or not shuffle
+        # A seeded dataset gives the same order on every iteration (Keras may read the first
+        # batches of an epoch's dataset, then iterate it again from the start: on JAX, the first
+        # fit of a process does); repeated passes of one iteration are shuffled anew.
+        reshuffle = seed is None or repeat
         if seed is None and (shuffle or random_subset):
             seed_for_subset = int(np.random.default_rng().integers(2**31))
         else:
@@ -600,7 +605,8 @@ def ranking_dataset_by_seed(
         else:
             file_data = tf.data.Dataset.from_tensor_slices(files)
             if shuffle:
-                file_data = file_data.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+                file_data = file_data.shuffle(len(files), seed=seed,
+                                             reshuffle_each_iteration=reshuffle)
             data = file_data.interleave(
                 lambda f: tf.data.TFRecordDataset(f, buffer_size=1 << 20),
                 cycle_length=max(1, min(cycle_length, len(files))),
@@ -609,7 +615,7 @@ def ranking_dataset_by_seed(
                 deterministic=ordered,
             )
         if shuffle:
-            data = data.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+            data = data.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=reshuffle)
         subset_seed = tf.constant(seed_for_subset, tf.int64) if random_subset else None
         return batches(data, subset_seed, ordered)
 

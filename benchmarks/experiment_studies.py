@@ -218,8 +218,8 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     scorer (the direct methods' reference), the direct methods to the two the report quotes
     published figures for (SoftRank, SVM^map) and AdaRank.NDCG, DASALC to ApproxNDCG with
     the first piece of its ablation and its ensemble of two (one run more), its search to no
-    run (DASALC with a changed option, as dasalc_quantile runs it), losses_quantile to none (a
-    B-net with that option), the study of
+    run (DASALC with a changed option, as dasalc_quantile runs it), and so dasalc_quantile_search,
+    losses_quantile to none (a B-net with that option), the study of
     every loss to the reference (the α = 10 run bruch_alpha makes) and softmax_loss, and the
     ensemble of different settings to those two (one run more, which trains none: it restores
     their checkpoints).

@@ -21,6 +21,11 @@ from benchmarks.experiment_studies import (LOSS_STUDY_REFERENCE, MIXED_ENSEMBLE_
                                            SEED_CHALLENGERS, SEED_LOSSES, YILMAZ_MEASURES,
                                            runs_of)
 
+# The studies whose rows the table of DASALC against the GBDTs shows, in its order (after the
+# GBDTs; DASALC tuned on validation has a table of its own below it).
+DASALC_TABLE = ("dasalc", "dasalc_search", "dasalc_quantile", "dasalc_quantile_search",
+                "losses_quantile", "dasalc_ensemble", "mixed_ensemble", "dasalc_ablation")
+
 PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
     "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),
     "listmle": (0.4471, 0.4347), "weighted_listmle": (0.4588, 0.4453)}
@@ -178,15 +183,10 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_direct(rows["direct"], rows["chen"], data, folds))
         if "lightgbm" in shown:
             parts.append(_lightgbm(shown, data, folds))
-        if {"gbdt", "dasalc", "dasalc_search", "dasalc_quantile", "dasalc_quantile_search",
-                "losses_quantile", "dasalc_ensemble", "mixed_ensemble", "dasalc_ablation",
-                "dasalc_tuned"} & shown.keys():
+        if {"gbdt", *DASALC_TABLE, "dasalc_tuned"} & shown.keys():
             parts.append(_gbdt_and_dasalc(
-                rows["gbdt"], rows["dasalc"] + rows["dasalc_search"] + rows["dasalc_quantile"]
-                + rows["dasalc_quantile_search"] + rows["losses_quantile"]
-                + rows["dasalc_ensemble"]
-                + rows["mixed_ensemble"] + rows["dasalc_ablation"], rows["dasalc_tuned"],
-                [r for study in rows.values() for r in study], data, folds))
+                rows["gbdt"], [r for name in DASALC_TABLE for r in rows[name]],
+                rows["dasalc_tuned"], [r for study in rows.values() for r in study], data, folds))
         if "losses" in shown:
             parts.append(_losses(rows["losses"], rows["gbdt"], data, folds))
         if "mixed_ensemble" in shown:
@@ -416,10 +416,8 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
     each against the reference: the GBDT with the best validation NDCG@10 on this set;
     `every_row`: the rows of every study, where an ensemble's members are found."""
     lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
-             f"`python -m benchmarks.experiments run --study gbdt dasalc dasalc_search "
-             f"dasalc_quantile dasalc_quantile_search losses_quantile dasalc_ensemble mixed_ensemble dasalc_ablation dasalc_tuned {data.flags()}`. "
-             "Seconds per "
-             "fold: wall time of every grid point of a fold on one thread, training and scoring, "
+             f"`python -m benchmarks.experiments run --study gbdt {' '.join(DASALC_TABLE)} "
+             f"dasalc_tuned {data.flags()}`. Seconds per fold: wall time of every grid point of a fold on one thread, training and scoring, "
              "mean over folds and seeds (as the runs measured it: on a shared machine, compare "
              "them only roughly). Paired tests use the seeds both rows have.\n",
              _costed(gbdts, folds), ""]

@@ -123,10 +123,11 @@ DASALC_GRIDS = ((("model.input_transform", ("log1p", "none")), ("model.noise_std
 # The loss that comes closest to the GBDTs with one DASALC (the dasalc study's best on YAHOO's
 # validation): what DASALC's search, its quantile inputs and its ensembles below train.
 DASALC_LOSS = "pairwise_soft_zero_one_loss"
-# Where the YAHOO gap is not (issue 30): DASALC with that loss, with one thing changed each: the dropout the MQ2008 and
-# OHSUMED presets give (0.1) and more (0.3), Adagrad's learning rate 0.2, and two losses nearer
-# the GBDTs' objectives (yeti_logistic_loss, CatBoost's YetiRank as a neural loss; sigmoid
-# cross-entropy, the best B64 loss on YAHOO's validation in the losses study). Run on YAHOO.
+# Where the YAHOO gap is not (issue 30): DASALC with that loss, with one thing changed each: the
+# dropout the MQ2008 and OHSUMED presets give (0.1) and more (0.3), Adagrad's learning rate 0.2,
+# and two losses nearer the GBDTs' objectives (yeti_logistic_loss, CatBoost's YetiRank as a
+# neural loss; sigmoid cross-entropy, the best B64 loss on YAHOO's validation in the losses
+# study). Run on YAHOO.
 DASALC_SEARCH = (Setting("dasalc", DASALC_LOSS, scorer=(("dropout", 0.1),)),
                  Setting("dasalc", DASALC_LOSS, scorer=(("dropout", 0.3),)),
                  Setting("dasalc", DASALC_LOSS, grid=(("optimizer.learning_rate", (0.2,)),)),

@@ -102,8 +102,9 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
         say("Note: with --jit, whole lists and --buckets 0, XLA compiles once per padded list length")
     run_dir = Path(config.train.run_dir)
     built = _build(config, splits.num_features, dist)
-    _adapt_inputs(built, splits, say)
     state, best_weights = _start_or_resume(config, run_dir, fresh, built, splits, dist, say)
+    if best_weights is None:  # a new run: a resumed one restored its input quantiles
+        _adapt_inputs(built, splits, say)
 
     if state.stopped_early or state.epoch >= config.train.epochs:
         say(f"{run_dir} is already trained ({state.epoch} epochs"
@@ -529,7 +530,8 @@ def _adapt_inputs(built: Built, splits: data.Splits, say: Printer) -> None:
     """Fits the scorer's input transform to the training documents (`DNNScorer.adapt`: the
     quantiles of `model.input_transform=quantile`), at most `ADAPT_DOCUMENTS` of them in file
     order; does nothing for the other transforms. The evaluation model takes them with the
-    model's weights (each validation, the checkpoint); a resumed run restores the same values."""
+    model's weights (each validation, the checkpoint), so a resumed run restores them and is not
+    fitted again."""
     if getattr(built.model, "quantile", None) is None:
         return
     rows, count = [], 0

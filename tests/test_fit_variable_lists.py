@@ -10,6 +10,7 @@ import pytest
 
 from conftest import COMPILE_MODES, registered, registered_losses_in_modes, to_numpy
 from tfapprox import losses, metrics, models, pair_sums
+from tfapprox.ensemble import ScoreEnsemble
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
 
@@ -306,6 +307,28 @@ def test_quantile_inputs_train_on_variable_length_lists(mode):
     history = model.fit(dataset(), epochs=1, verbose=0).history
     assert np.all(np.isfinite(history["loss"]))
     np.testing.assert_array_equal(to_numpy(model.quantile.quantiles), fitted)  # not trained
+
+
+@pytest.mark.parametrize("mode", XLA_MODES)
+def test_score_ensemble_trains_on_variable_length_lists(mode):
+    """An ensemble of two scorers, its standardisation fitted to the batches' documents, trained
+    end to end through fit, compiled, on lists whose size changes from batch to batch: both
+    members learn, the fitted constants stay."""
+    keras.utils.set_random_seed(1)
+    members = [models.DNNScorer(hidden_units=(8, 4)), models.DNNScorer(hidden_units=(4,))]
+    ensemble = ScoreEnsemble(members)
+    ensemble.build(INPUT_SHAPES)
+    ensemble.adapt(inputs for inputs, _ in variable_length_batches())
+    fitted = to_numpy(ensemble.offsets), to_numpy(ensemble.scales)
+    before = [to_numpy(m.trainable_weights[0]) for m in members]
+    ensemble.compile(optimizer=keras.optimizers.SGD(0.05), loss=losses.ApproxNDCGLoss(),
+                     jit_compile=True)
+    history = ensemble.fit(dataset(), epochs=1, verbose=0).history
+    assert np.all(np.isfinite(history["loss"]))
+    assert all(not np.allclose(to_numpy(m.trainable_weights[0]), b)
+               for m, b in zip(members, before)), "a member got no gradient"
+    np.testing.assert_array_equal(to_numpy(ensemble.offsets), fitted[0])
+    np.testing.assert_array_equal(to_numpy(ensemble.scales), fitted[1])
 
 
 class OrdinalScorer(keras.Model):

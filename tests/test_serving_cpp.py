@@ -13,6 +13,7 @@ import pytest
 import cpp_loader
 from tfapprox import export
 from tfapprox.data import records
+from tfapprox.ensemble import ScoreEnsemble
 from tfapprox.models import DNNScorer, build_scorer
 
 NUM_FEATURES = 7
@@ -63,6 +64,12 @@ MODELS = {
     "dasalc": lambda: _fitted(_adapted(build_scorer("dasalc", hidden_units=(16,),
                                                     attention_layers=1, attention_units=8,
                                                     input_transform="quantile"), 5), 4),
+    # two scorers' scores, each standardised by constants fitted to random lists (they travel
+    # as weights, with the members' own, quantiles included)
+    "ensemble": lambda: ScoreEnsemble([_fitted(build_scorer("B64"), 6),
+                                       _fitted(_adapted(build_scorer("B64", input_transform=
+                                                                     "quantile"), 7), 8)])
+    .adapt([{"features": _features(8, 6, seed=9), "mask": np.ones((8, 6), bool)}]),
 }
 INTERACTING = {"dasalc"}  # scorers whose documents meet: a document's score depends on its list
 # Signatures that take one document a string: each document is scored as a list of its own.

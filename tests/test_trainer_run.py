@@ -211,6 +211,51 @@ def test_export_removes_what_killed_exports_left(exported):
         ["7", staging["running"].name, staging["elsewhere"].name])
 
 
+def test_ensemble_command_combines_runs_evaluates_saves_and_exports(trained, tmp_path, cache_dir,
+                                                                    capsys):
+    """`python -m trainer ensemble` of the module's run and one with another loss and seed: the
+    members' metrics are their own runs', the saved model and the export score alike, the
+    members' run directories are left as they were; an ensemble of one run ranks as that run."""
+    config, results, _ = trained
+    other = tiny_config(tmp_path / "other", cache_dir, **{"loss.name": "ranknet", "train.seed": 3})
+    other_results = train.train(other, print_fn=lambda _: None)
+    members = [config.train.run_dir, other.train.run_dir]
+    before = {path: path.stat().st_mtime_ns for run in members for path in Path(run).rglob("*")}
+    assert main(["ensemble", "--members", *members, "--run-dir", str(tmp_path / "ens"),
+                 "--export-dir", str(tmp_path / "saved")]) == 0
+    assert {path: path.stat().st_mtime_ns
+            for run in members for path in Path(run).rglob("*")} == before
+    assert "| ndcg@5 |" in capsys.readouterr().out
+    ensemble = json.loads((tmp_path / "ens" / "results.json").read_text())
+    for member, own in zip(ensemble["members"], (results, other_results)):
+        for name, value in member["validation"].items():
+            assert value == pytest.approx(own["validation"][name], abs=1e-6), name
+    assert ensemble["test"]["ndcg@5"] > 0 and len(ensemble["scales"]) == 2
+
+    model = keras.saving.load_model(tmp_path / "ens" / "ensemble.keras")
+    features = np.random.default_rng(0).normal(size=(3, 9, TINY_DATA["num_features"]))
+    features = features.astype("float32")
+    served = tf.saved_model.load(ensemble["export_path"]).signatures["score_features"]
+    np.testing.assert_allclose(served(features=tf.constant(features))["scores"].numpy(),
+                               keras.ops.convert_to_numpy(model(features)), rtol=1e-5, atol=1e-6)
+
+    assert main(["ensemble", "--members", config.train.run_dir, "--run-dir",
+                 str(tmp_path / "one"), "--no-export"]) == 0
+    alone = json.loads((tmp_path / "one" / "results.json").read_text())
+    for split in ("validation", "test"):
+        for name, value in alone[split].items():
+            assert value == pytest.approx(results[split][name], abs=1e-6), (split, name)
+
+
+def test_ensemble_members_must_be_trained_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["ensemble", "--members", str(tmp_path)])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"python -m trainer ensemble: error: {tmp_path / 'config.json'} not found: --members "
+        "takes the run directories of `python -m trainer train`\n")
+
+
 def test_evaluate_needs_a_trained_run(tmp_path):
     with pytest.raises(SystemExit):
         main(["evaluate", "--run-dir", str(tmp_path / "nothing")])

@@ -69,7 +69,7 @@ def symmetric_log1p(x):
     return ops.sign(x) * ops.log1p(ops.abs(x))
 
 
-def _split_inputs(inputs):
+def split_inputs(inputs):
     """Returns `(features [B, L, F], mask bool [B, L])` from a dict or a bare feature tensor.
 
     A dict must hold `"features"` and may hold `"mask"` (True on real documents); without a mask,
@@ -539,7 +539,7 @@ class DNNScorer(keras.Model):
         self.output_dense.build((None, None, width))
 
     def call(self, inputs, training=False):
-        features, mask = _split_inputs(inputs)
+        features, mask = split_inputs(inputs)
         valid = ops.expand_dims(mask, -1)
         x = ops.where(valid, features, ops.zeros_like(features))
         if self.input_transform == "log1p":

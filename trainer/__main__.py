@@ -1,4 +1,4 @@
-"""`python -m trainer [train|evaluate|export|cv] [options]`: the tfapprox trainer's command line.
+"""`python -m trainer [train|evaluate|export|cv|ensemble] [options]`: the tfapprox trainer's command line.
 
 With no arguments it trains the `demo` configuration on generated data, prints validation and test
 metrics and exports `saved_models/tfapprox_demo/<version>/`.
@@ -16,7 +16,7 @@ import yaml
 
 from trainer import config as config_lib
 
-COMMANDS = ("train", "evaluate", "export", "cv")
+COMMANDS = ("train", "evaluate", "export", "cv", "ensemble")
 
 # flag destination -> dotted config key
 _FLAG_KEYS = {
@@ -217,6 +217,39 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                     help="a grid axis over a config key, e.g. loss.params.alpha=1,10,100 (repeatable)")
     cv.add_argument("--out", help="directory for fold runs and cv_results.{json,md}")
+    sub.add_parser("ensemble", parents=[_ensemble_parser()],
+                   help="combine trained runs into one model (the mean of their scores, each "
+                   "standardised on validation), evaluate it and export it")
+    return parser
+
+
+def _ensemble_parser() -> argparse.ArgumentParser:
+    """The flags of `ensemble`: its members, the data it is fitted and scored on, its own run
+    directory and export. The members' settings come from their runs."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.register("action", None, _Once)
+    parser.set_defaults(config=None, print_config=False, loss_param=[])
+    parser.add_argument("--members", nargs="+", required=True, metavar="RUN_DIR",
+                        help="run directories of `train` (at least one); the first one's data "
+                        "settings are the ensemble's unless --data-dir, --vali or --test is given")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up and C++ log messages (hidden by default)")
+    g = parser.add_argument_group("data")
+    g.add_argument("--data-dir", help="LETOR fold directory (train.txt, vali.txt, test.txt)")
+    g.add_argument("--vali", dest="vali_files", nargs="+", action="extend", metavar="PATH",
+                   help="validation files: the standardisation is fitted on their documents")
+    g.add_argument("--test", dest="test_files", nargs="+", action="extend", metavar="PATH")
+    g = parser.add_argument_group("run and export")
+    g.add_argument("--run-dir", default="runs/ensemble",
+                   help="where ensemble.keras and results.json go (default runs/ensemble)")
+    g.add_argument("--export-dir", help="SavedModel base directory (default: the first member's)")
+    g.add_argument("--name", default="tfapprox_ensemble",
+                   help="model name under the export directory (default tfapprox_ensemble)")
+    g.add_argument("--version", type=int, help="version directory (default: next free)")
+    g.add_argument("--max-documents", type=int,
+                   help="most documents one serving request may hold (see train --help)")
+    g.add_argument("--no-export", dest="export_enabled", action="store_false", default=True,
+                   help="evaluate and save without exporting")
     return parser
 
 
@@ -248,6 +281,11 @@ def _overrides(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]
 
 def _resolve(args: argparse.Namespace) -> config_lib.Config:
     source = args.config
+    if args.command == "ensemble":
+        from trainer.ensemble import member_config
+
+        source = str(Path(args.members[0]) / "config.json")
+        member_config(args.members[0])  # names the file if it is missing or not a trainer's
     if args.command in ("evaluate", "export") and source is None:
         run_dir = Path(args.run_dir or config_lib.TrainConfig().run_dir)
         saved = run_dir / "config.json"
@@ -358,7 +396,9 @@ def _check(command: str, config: config_lib.Config, dist) -> None:
         run_files.check_claimable(config.train.run_dir)
     if command == "cv" and dist.is_chief:
         run_files.check_claimable(config.cv.out_dir)
-    if command == "export" or (command == "train" and config.export.enabled):
+    if command == "ensemble":
+        run_files.check_claimable(config.train.run_dir)
+    if command == "export" or (command in ("train", "ensemble") and config.export.enabled):
         train.check_export_target(config)
 
 
@@ -372,6 +412,10 @@ def _run(args: argparse.Namespace, config: config_lib.Config, dist) -> None:
 
     if args.command == "train":
         train.train(config, fresh=args.fresh, dist=dist)
+    elif args.command == "ensemble":
+        from trainer import ensemble
+
+        ensemble.run(config, args.members)
     elif args.command == "evaluate":
         run_dir = run_files.check_claimed(config.train.run_dir)
         splits = data.resolve(config.data, print_fn=print)

@@ -24,13 +24,13 @@ def choose(requested: str | None, command: str) -> str:
     """Returns the backend of this process and sets `KERAS_BACKEND` to it; raises ValueError when
     it cannot be had here.
 
-    `export` always runs on TensorFlow; other commands use `requested` (`runtime.backend`), else
-    `$KERAS_BACKEND`, else TensorFlow. Keras imported already (the trainer called in-process) keeps
+    `export` and `ensemble` (which exports) run on TensorFlow; other commands use `requested`
+    (`runtime.backend`), else `$KERAS_BACKEND`, else TensorFlow. Keras imported already (the trainer called in-process) keeps
     its backend: a different one is refused.
     """
     environment = os.environ.get("KERAS_BACKEND")
-    if command == "export":
-        wanted, source = "tensorflow", "export (a SavedModel is TensorFlow's)"
+    if command in ("export", "ensemble"):
+        wanted, source = "tensorflow", f"{command} (a SavedModel is TensorFlow's)"
     elif requested is not None:
         wanted, source = requested, f"--backend {requested}"
     else:

@@ -105,6 +105,22 @@ def replace_file(path: Path, write: Callable[[BinaryIO], object], *, prefix: str
         raise
 
 
+def replace_by_saving(path: Path, save: Callable[[Path], object]) -> None:
+    """Replaces `path` atomically with the file `save(temporary path)` writes, for writers that
+    take a path (Keras's `model.save`): a new temporary file beside it, named `.<name>.*<suffix of
+    path>`, then a rename, as `replace_file`."""
+    real_directory(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        save(Path(tmp))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def real_directory(path: Path) -> Path:
     """Returns `path`, made if missing, after checking it is a directory and not a symbolic link."""
     try:

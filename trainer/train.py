@@ -181,8 +181,8 @@ def _results(run_dir: Path, state: checkpoint.RunState, config: Config, policy: 
 
 def _scores(built: Built, splits: data.Splits) -> dict[str, Any]:
     """Returns the evaluation model's validation and test metrics (test None without a test split)."""
-    return {"validation": _evaluate(built, data.eval_dataset(splits.vali, splits)),
-            "test": _evaluate(built, data.eval_dataset(splits.test, splits)) if splits.test else None}
+    return {"validation": evaluate_on(built, data.eval_dataset(splits.vali, splits)),
+            "test": evaluate_on(built, data.eval_dataset(splits.test, splits)) if splits.test else None}
 
 
 def _finish(results: dict[str, Any], config: Config, built: Built, splits: data.Splits,
@@ -337,7 +337,7 @@ def evaluate(config: Config, splits: data.Splits, print_fn: Printer = print) -> 
     results = {"run_dir": config.train.run_dir}
     for name, paths in (("validation", splits.vali), ("test", splits.test)):
         if paths:
-            results[name] = _evaluate(built, data.eval_dataset(paths, splits))
+            results[name] = evaluate_on(built, data.eval_dataset(paths, splits))
     print_fn(metrics_table(results))
     return results
 
@@ -379,14 +379,14 @@ def check_components(config: Config) -> None:
     parameter."""
     from tfapprox import adarank, losses, models
 
-    select = _metrics([config.train.select_metric], config)[0]
+    select = metrics_named([config.train.select_metric], config)[0]
     if not getattr(select, "larger_is_better", True):
         raise ValueError(f"select_metric {config.train.select_metric!r} is better when lower; "
                          "selection and early stopping keep the largest value: choose another")
     if config.model.kind == "adarank":
         adarank.measure_metric(config.model.adarank_measure)
         adarank.measure_metric(config.train.select_metric)
-        _metrics(_eval_metric_names(config), config)
+        metrics_named(_eval_metric_names(config), config)
         return
     models.build_scorer(config.model.preset, **_scorer_kwargs(config))
     try:
@@ -399,7 +399,7 @@ def check_components(config: Config) -> None:
             f"{loss.ordinal_size} logits per document, and the trainer's scorer, metrics and "
             "export have one score per document: use ordinal_size=1 here, or OrdinalLoss in your "
             "own Keras model (docs/migrating.md)")
-    _metrics(_eval_metric_names(config), config)
+    metrics_named(_eval_metric_names(config), config)
 
 
 def check_export_target(config: Config) -> None:
@@ -501,7 +501,7 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
             model.compile(
                 optimizer=_optimizer(config),
                 loss=losses.get(config.loss.name, **config.loss.params),
-                metrics=_metrics(_train_metric_names(config), config),
+                metrics=metrics_named(_train_metric_names(config), config),
                 jit_compile=backend.jit_compile(config.runtime.jit),
             )
             model.optimizer.build(model.trainable_variables)
@@ -513,7 +513,7 @@ def _build(config: Config, num_features: int, dist: distribute.Distribution,
         eval_model = scorer()
         eval_model.compile(  # AdaRank's too: Keras's evaluate needs a loss (not reported then)
             loss=losses.get(config.loss.name, **config.loss.params),
-            metrics=_metrics(eval_names, config),
+            metrics=metrics_named(eval_names, config),
         )
     finally:
         keras.config.set_dtype_policy(previous)
@@ -607,7 +607,7 @@ def _eval_metric_names(config: Config) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _metrics(names: list[str], config: Config) -> list[keras.metrics.Metric]:
+def metrics_named(names: list[str], config: Config) -> list[keras.metrics.Metric]:
     """Returns tfapprox metrics; approximation monitors take the loss's alpha and beta."""
     from tfapprox import metrics
 
@@ -640,7 +640,7 @@ def _model_state(model: keras.Model) -> list[Any]:
     return [v for v in model.variables if id(v) not in metric_ids]
 
 
-def _evaluate(built: Built, dataset: tf.data.Dataset) -> dict[str, float]:
+def evaluate_on(built: Built, dataset: tf.data.Dataset) -> dict[str, float]:
     """Returns the evaluation model's metrics on `dataset`, in configured order, then the loss."""
     values = built.eval_model.evaluate(dataset, verbose=0, return_dict=True)
     order = [*built.eval_metrics, *(["loss"] if built.reports_loss else [])]
@@ -659,7 +659,7 @@ class _ValidationCallback(keras.callbacks.Callback):
         if self.model.stop_training:  # interrupted: the epoch is dropped, so is its validation
             return
         self._built.eval_model.set_weights(self.model.get_weights())
-        values = _evaluate(self._built, self._dataset)
+        values = evaluate_on(self._built, self._dataset)
         if logs is not None:
             logs.update({f"val_{k}": v for k, v in values.items()})
 

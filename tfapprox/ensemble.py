@@ -1,0 +1,112 @@
+"""An ensemble of trained scorers that scores as one model: train, evaluate, save and export it.
+
+    s(x) = 1/k Σ_m (s_m(x) − μ_m) / σ_m
+
+`s_m` the scores of member m, `μ_m`, `σ_m` their mean and standard deviation over a set of
+documents (`ScoreEnsemble.adapt`; the trainer's `ensemble` command uses the validation documents).
+Standardising puts each member's scores, on a scale of its own (a softmax-trained scorer's logits
+and a RankNet one's differ), on one, so the members weigh equally: DASALC-ens (Qin et al., ICLR
+2021) averages seeds of one setting this way, and tfapprox's recipes mix settings.
+
+μ_m and σ_m are constants, so a document's score does not depend on the other documents in the
+request (unless a member's does: DASALC's self-attention), and every serving signature of
+`tfapprox.export` scores it the same. `benchmarks.experiments` standardises each member within
+each list instead; the two rules' NDCG@10 are compared in docs/results.md ("The ensemble of
+different settings").
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+from tfapprox.models import split_inputs
+
+__all__ = ["ScoreEnsemble"]
+
+
+@keras.saving.register_keras_serializable(package="tfapprox")
+class ScoreEnsemble(keras.Model):
+    """Scores `[B, L]`: the mean of its members' scores, each standardised by constants.
+
+    Args:
+        members: The scorers, each taking `{"features": [B, L, F], "mask": [B, L]}` and
+            returning `[B, L]` (or `[B, L, 1]`), e.g. trained `tfapprox.models.DNNScorer`s.
+            They keep their weights; fitting the ensemble trains them together.
+
+    `offsets` (μ_m) and `scales` (σ_m) are weights, 0 and 1 until `adapt` sets them; saved
+    models, checkpoints and exports carry them. Padded slots score 0.
+    """
+
+    def __init__(self, members, **kwargs):
+        super().__init__(**kwargs)
+        members = list(members)
+        if not members:
+            raise ValueError("ScoreEnsemble needs at least one member; received none.")
+        self.members = members
+        self.offsets = self.add_weight(shape=(len(members),), initializer="zeros",
+                                       trainable=False, name="offsets", autocast=False)
+        self.scales = self.add_weight(shape=(len(members),), initializer="ones",
+                                      trainable=False, name="scales", autocast=False)
+        self.built = all(member.built for member in members)  # trained members: nothing to build
+
+    def build(self, input_shape):
+        for member in self.members:
+            if not member.built:
+                member.build(input_shape)
+
+    def member_scores(self, inputs, training=False):
+        """Returns each member's scores, stacked: `[B, L, k]`, float32."""
+        features, mask = split_inputs(inputs)
+        shape = ops.shape(mask)
+        return ops.stack([
+            ops.reshape(ops.cast(member({"features": features, "mask": mask}, training=training),
+                                 "float32"), shape)
+            for member in self.members
+        ], axis=-1)
+
+    def call(self, inputs, training=False):
+        _, mask = split_inputs(inputs)
+        standardised = (self.member_scores(inputs, training) - self.offsets) / self.scales
+        scores = ops.mean(standardised, axis=-1)
+        return ops.where(mask, scores, ops.zeros_like(scores))
+
+    def adapt(self, batches):
+        """Sets `offsets` and `scales` to the mean and standard deviation of each member's scores
+        over the real documents of `batches`: an iterable (a `tf.data.Dataset`, say) of inputs
+        `{"features", "mask"}`, or of `(inputs, labels)` pairs. A member that gives every
+        document one score gets scale 1 (it then adds 0 to every score). Returns the ensemble."""
+        total = np.zeros(len(self.members))
+        squares = np.zeros(len(self.members))
+        count = 0
+        for batch in batches:
+            inputs = batch[0] if isinstance(batch, tuple) else batch
+            _, mask = split_inputs(inputs)
+            scores = ops.convert_to_numpy(self.member_scores(inputs)).astype(np.float64)
+            real = scores[ops.convert_to_numpy(mask)]
+            total += real.sum(axis=0)
+            squares += np.square(real).sum(axis=0)
+            count += len(real)
+        if count == 0:
+            raise ValueError("ScoreEnsemble.adapt received no documents: every slot was padding.")
+        mean = total / count
+        std = np.sqrt(np.maximum(squares / count - np.square(mean), 0.0))
+        self.offsets.assign(mean.astype("float32"))
+        self.scales.assign(np.where(std > 0, std, 1.0).astype("float32"))
+        return self
+
+    def compute_output_shape(self, input_shape):
+        feature_shape = input_shape["features"] if isinstance(input_shape, dict) else input_shape
+        return tuple(feature_shape[:-1])
+
+    def get_config(self):
+        # a member's compile settings (a trainer compiles its scorer to evaluate it) are not the
+        # ensemble's: a loaded ensemble compiles each member with no optimizer state to restore
+        members = [{key: value for key, value in keras.saving.serialize_keras_object(m).items()
+                    if key != "compile_config"} for m in self.members]
+        return {**super().get_config(), "members": members}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        members = [keras.saving.deserialize_keras_object(m) for m in config.pop("members")]
+        return cls(members, **config)

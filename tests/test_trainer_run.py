@@ -239,6 +239,10 @@ def test_ensemble_command_combines_runs_evaluates_saves_and_exports(trained, tmp
     np.testing.assert_allclose(served(features=tf.constant(features))["scores"].numpy(),
                                keras.ops.convert_to_numpy(model(features)), rtol=1e-5, atol=1e-6)
 
+    with pytest.raises(SystemExit):  # a training run's directory, not a member's
+        main(["ensemble", "--members", config.train.run_dir, "--run-dir", other.train.run_dir])
+    assert "holds a training run's checkpoint" in capsys.readouterr().err
+
     assert main(["ensemble", "--members", config.train.run_dir, "--run-dir",
                  str(tmp_path / "one"), "--no-export"]) == 0
     alone = json.loads((tmp_path / "one" / "results.json").read_text())
@@ -247,13 +251,24 @@ def test_ensemble_command_combines_runs_evaluates_saves_and_exports(trained, tmp
             assert value == pytest.approx(results[split][name], abs=1e-6), (split, name)
 
 
-def test_ensemble_members_must_be_trained_runs(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exited:
-        main(["ensemble", "--members", str(tmp_path)])
-    assert exited.value.code == 2
-    assert capsys.readouterr().err == (
-        f"python -m trainer ensemble: error: {tmp_path / 'config.json'} not found: --members "
-        "takes the run directories of `python -m trainer train`\n")
+def test_ensemble_refuses_what_is_not_a_run_and_a_run_dir_holding_one(trained, tmp_path, capsys):
+    """Members must be trained runs; the ensemble's run directory must not be a training run's
+    (its results.json would be replaced), checked before anything is read or written."""
+    config, _, _ = trained
+    member = config.train.run_dir
+    for members, run_dir, message in (
+            ([str(tmp_path)], str(tmp_path / "ens"),
+             f"{tmp_path / 'config.json'} not found: --members takes the run directories of "
+             "`python -m trainer train`"),
+            ([member], member, f"--run-dir {member} is a member's run directory"),
+            ([member], str(Path(member).parent / "." / Path(member).name),
+             "is a member's run directory")):
+        with pytest.raises(SystemExit) as exited:
+            main(["ensemble", "--members", *members, "--run-dir", run_dir])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("python -m trainer ensemble: error: ") and message in err
+        assert err.count("\n") == 1
 
 
 def test_evaluate_needs_a_trained_run(tmp_path):

@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     strategy = config.runtime.strategy if args.command in ("train", "cv") else "default"
     try:
         dist = distribute.make(strategy)
-        _check(args.command, config, dist)
+        _check(args.command, config, dist, getattr(args, "members", []))
     except (KeyError, ValueError, OSError) as err:
         parser.exit(2, _error_line(args.command, err))
     try:
@@ -378,10 +378,10 @@ def _interrupted_line(command: str, interrupt: KeyboardInterrupt, signum: int) -
     return f"python -m trainer {command}: {what} {when}; rerun the same command to resume\n"
 
 
-def _check(command: str, config: config_lib.Config, dist) -> None:
+def _check(command: str, config: config_lib.Config, dist, members: list[str]) -> None:
     """Raises for settings that would otherwise fail only once training has begun, or after it:
     the scorer, loss and metrics of every run, the batch size across replicas, data paths, the
-    export target."""
+    export target, an ensemble's run directory (`members`: its members' run directories)."""
     from trainer import cv, data, run_files, train
 
     runs = [fold_run.config for fold_run in cv.plan(config)] if command == "cv" else [config]
@@ -397,6 +397,9 @@ def _check(command: str, config: config_lib.Config, dist) -> None:
     if command == "cv" and dist.is_chief:
         run_files.check_claimable(config.cv.out_dir)
     if command == "ensemble":
+        from trainer import ensemble
+
+        ensemble.check_run_dir(config.train.run_dir, members)
         run_files.check_claimable(config.train.run_dir)
     if command == "export" or (command in ("train", "ensemble") and config.export.enabled):
         train.check_export_target(config)

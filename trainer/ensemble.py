@@ -32,6 +32,20 @@ def member_config(run_dir: str) -> Config:
     return Config.from_dict(values)
 
 
+def check_run_dir(run_dir: str, members: list[str]) -> None:
+    """Raises ValueError if the ensemble's `run_dir` is a member's or holds a training run: its
+    results.json would be replaced."""
+    from trainer import checkpoint
+
+    target = Path(run_dir).resolve()
+    if any(Path(member).resolve() == target for member in members):
+        raise ValueError(f"--run-dir {run_dir} is a member's run directory; the ensemble's "
+                         "results.json would replace the member's: choose another")
+    if checkpoint.path_in(run_dir).exists():
+        raise ValueError(f"--run-dir {run_dir} holds a training run's checkpoint; the ensemble's "
+                         "results.json would replace the run's: choose another")
+
+
 def run(config: Config, members: list[str], print_fn: Printer = print) -> dict[str, Any]:
     """Builds the ensemble of the runs in `members` (each with its best weights), fits its
     standardisation on `config`'s validation data, scores validation and test, writes
@@ -82,7 +96,9 @@ def summary(results: dict[str, Any]) -> str:
     from trainer import train
 
     lines = [f"Ensemble {results['run_dir']} of {len(results['members'])} runs:"]
-    lines += [f"  {m['run_dir']}: {m['method']}" for m in results["members"]]
+    lines += [f"  {m['run_dir']}: {m['method']} | validation "
+              + ", ".join(f"{k} {v:.4f}" for k, v in list(m["validation"].items())[:1])
+              for m in results["members"]]
     lines.append(train.metrics_table(results))
     if "export_path" in results:
         lines.append(f"Exported {results['export_path']}")

@@ -378,7 +378,7 @@ def _interrupted_line(command: str, interrupt: KeyboardInterrupt, signum: int) -
     return f"python -m trainer {command}: {what} {when}; rerun the same command to resume\n"
 
 
-def _check(command: str, config: config_lib.Config, dist, members: list[str]) -> None:
+def _check(command: str, config: config_lib.Config, dist, members: Sequence[str] = ()) -> None:
     """Raises for settings that would otherwise fail only once training has begun, or after it:
     the scorer, loss and metrics of every run, the batch size across replicas, data paths, the
     export target, an ensemble's run directory (`members`: its members' run directories)."""

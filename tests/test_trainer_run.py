@@ -217,7 +217,8 @@ def test_ensemble_command_combines_runs_evaluates_saves_and_exports(trained, tmp
     members' metrics are their own runs', the saved model and the export score alike, the
     members' run directories are left as they were; an ensemble of one run ranks as that run."""
     config, results, _ = trained
-    other = tiny_config(tmp_path / "other", cache_dir, **{"loss.name": "ranknet", "train.seed": 3})
+    other = tiny_config(tmp_path / "other", cache_dir, **{"loss.name": "ranknet", "train.seed": 3,
+                                                            "train.epochs": 1})
     other_results = train.train(other, print_fn=lambda _: None)
     members = [config.train.run_dir, other.train.run_dir]
     before = {path: path.stat().st_mtime_ns for run in members for path in Path(run).rglob("*")}

@@ -95,9 +95,9 @@ def main(argv=None) -> None:
         found = compare(dataset, args.ensemble, args.work)
         difference = found["by constants"] - found["per list"]
         p = stats.ttest_rel(found["by constants"], found["per list"]).pvalue
+        error = difference.std(ddof=1) / np.sqrt(len(difference))
         print(f"| {dataset} | {found['per list'].mean():.4f} | {found['by constants'].mean():.4f} "
-              f"| {difference.mean():+.4f} ± {difference.std(ddof=1) / np.sqrt(len(difference)):.4f}"
-              f" (p = {p:.2f}) |", flush=True)
+              f"| {difference.mean():+.4f} ± {error:.4f} (p = {p:.2f}) |", flush=True)
 
 
 if __name__ == "__main__":

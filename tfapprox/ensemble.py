@@ -11,8 +11,7 @@ and a RankNet one's differ), on one, so the members weigh equally: DASALC-ens (Q
 μ_m and σ_m are constants, so a document's score does not depend on the other documents in the
 request (unless a member's does: DASALC's self-attention), and every serving signature of
 `tfapprox.export` scores it the same. `benchmarks.experiments` standardises each member within
-each list instead; the two rules' NDCG@10 are compared in docs/results.md ("The ensemble of
-different settings").
+each list instead; the two rules' NDCG@10 are compared in docs/benchmarks.md ("Quality").
 """
 
 import keras

@@ -1,4 +1,4 @@
-"""`python -m trainer [train|evaluate|export|cv|ensemble] [options]`: the tfapprox trainer's command line.
+"""`python -m trainer [train|evaluate|export|cv|ensemble] [options]`: the trainer's command line.
 
 With no arguments it trains the `demo` configuration on generated data, prints validation and test
 metrics and exports `saved_models/tfapprox_demo/<version>/`.

@@ -25,8 +25,8 @@ def choose(requested: str | None, command: str) -> str:
     it cannot be had here.
 
     `export` and `ensemble` (which exports) run on TensorFlow; other commands use `requested`
-    (`runtime.backend`), else `$KERAS_BACKEND`, else TensorFlow. Keras imported already (the trainer called in-process) keeps
-    its backend: a different one is refused.
+    (`runtime.backend`), else `$KERAS_BACKEND`, else TensorFlow. Keras imported already (the
+    trainer called in-process) keeps its backend: a different one is refused.
     """
     environment = os.environ.get("KERAS_BACKEND")
     if command in ("export", "ensemble"):

@@ -96,9 +96,9 @@ def summary(results: dict[str, Any]) -> str:
     from trainer import train
 
     lines = [f"Ensemble {results['run_dir']} of {len(results['members'])} runs:"]
-    lines += [f"  {m['run_dir']}: {m['method']} | validation "
-              + ", ".join(f"{k} {v:.4f}" for k, v in list(m["validation"].items())[:1])
-              for m in results["members"]]
+    for member in results["members"]:
+        metric, value = next(iter(member["validation"].items()))  # the selection metric
+        lines.append(f"  {member['run_dir']}: {member['method']} | validation {metric} {value:.4f}")
     lines.append(train.metrics_table(results))
     if "export_path" in results:
         lines.append(f"Exported {results['export_path']}")

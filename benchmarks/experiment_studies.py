@@ -184,7 +184,8 @@ MIXED_ENSEMBLES["quantile_round3"] = (
     ("B64", (("input_transform", "quantile"),), "weighted_ranknet"),
     ("B64", (("input_transform", "quantile"),), "unique_softmax_loss"))
 # A variant of it, added after its test figures were read: the first recipe's variant of 3 seeds
-# each (9 models; ensemble seed 0 made of the recipe's seeds 0-2, so nothing more is trained).
+# each (9 models; ensemble seed s made of seeds 3s-3s+2 of each member, so seed 0 of the recipe's
+# seeds 0-2; seed 1 was run later, to see whether seed 0's figures held).
 MIXED_ENSEMBLES["quantile_round3_3seeds"] = MIXED_ENSEMBLES["quantile_round3"]
 MIXED_ENSEMBLE_SEEDS["quantile_round3_3seeds"] = 3
 # The recipes, by name in MIXED_ENSEMBLES, each with the studies its rule ranks; the others are

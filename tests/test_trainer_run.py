@@ -240,6 +240,12 @@ def test_ensemble_command_combines_runs_evaluates_saves_and_exports(trained, tmp
     np.testing.assert_allclose(served(features=tf.constant(features))["scores"].numpy(),
                                keras.ops.convert_to_numpy(model(features)), rtol=1e-5, atol=1e-6)
 
+    trained_on = checkpoint.load(config.train.run_dir).state.data["train"][0][0]
+    assert main(["ensemble", "--members", *members, "--run-dir", str(tmp_path / "leak"),
+                 "--vali", str(next(Path(cache_dir).rglob(trained_on))), "--no-export"]) == 1
+    assert f"was trained on {trained_on}, which the ensemble would use as validation data" in (
+        capsys.readouterr().err)
+
     with pytest.raises(SystemExit):  # a training run's directory, not a member's
         main(["ensemble", "--members", config.train.run_dir, "--run-dir", other.train.run_dir])
     assert "holds a training run's checkpoint" in capsys.readouterr().err

@@ -46,6 +46,26 @@ def check_run_dir(run_dir: str, members: list[str]) -> None:
                          "results.json would replace the run's: choose another")
 
 
+def check_unseen(configs: list[Config], fingerprints: dict[str, list]) -> None:
+    """Raises ValueError if a file the ensemble is fitted or scored on (`fingerprints` of its
+    "vali" and "test" splits, `trainer.data.fingerprint`) is one a member was trained on: its
+    standardisation and metrics would then rest on data that member learned. Files are the same
+    when their names and sizes are, whatever their times (a data set copied again gets new ones)."""
+    from trainer import checkpoint
+
+    for config in configs:
+        saved = checkpoint.load(config.train.run_dir)
+        train_files = saved.state.data.get("train") if saved is not None else None
+        trained_on = {tuple(entry[:2]) for entry in train_files or []}
+        for split, name in (("vali", "validation"), ("test", "test")):
+            seen = [entry for entry in fingerprints.get(split) or []
+                    if tuple(entry[:2]) in trained_on]
+            if seen:
+                raise ValueError(
+                    f"{config.train.run_dir} was trained on {seen[0][0]}, which the ensemble "
+                    f"would use as {name} data: give --vali/--test files no member trained on")
+
+
 def run(config: Config, members: list[str], print_fn: Printer = print) -> dict[str, Any]:
     """Builds the ensemble of the runs in `members` (each with its best weights), fits its
     standardisation on `config`'s validation data, scores validation and test, writes
@@ -60,6 +80,7 @@ def run(config: Config, members: list[str], print_fn: Printer = print) -> dict[s
     started = time.perf_counter()
     configs = [member_config(member) for member in members]
     splits = data.resolve(config.data, print_fn=print_fn)
+    check_unseen(configs, splits.fingerprints)
     built = [train.restore_best(member, data_width=splits.num_features) for member in configs]
     vali = data.eval_dataset(splits.vali, splits)
     ensemble = ScoreEnsemble([b.eval_model for b in built], name="score_ensemble")

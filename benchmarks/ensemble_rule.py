@@ -30,13 +30,10 @@ SEEDS = (0, 1, 2)
 def member_models(run, files, num_features, work: Path):
     """Returns the trained models of the ensemble `run`'s members, restored from `work`;
     FileNotFoundError if one has no finished checkpoint there (nothing is trained here)."""
-    from trainer import checkpoint
-
     models = []
     for member in run.member_runs():
         config = runs._run_config(member, files, num_features, work)
-        saved = checkpoint.load(config.train.run_dir)
-        if saved is None or not (saved.state.stopped_early or saved.state.epoch >= member.epochs):
+        if not runs.finished(member, config):
             raise FileNotFoundError(f"{config.train.run_dir}: no finished checkpoint of "
                                     f"{member.label()}; run the study with --work {work} first")
         models.append(runs._best_model(config, num_features))

@@ -332,15 +332,21 @@ def _member_model(member: Run, files: dict[str, list[str]], num_features: int, s
     The runner caches a member's own result before its ensemble runs (`run_all`), so a member
     trained here is one whose result is cached but whose checkpoint is not in `scratch`.
     Returns (the model, the seconds spent training it here: 0 when restored)."""
-    from trainer import checkpoint
-
     config = _run_config(member, files, num_features, scratch)
-    saved = checkpoint.load(config.train.run_dir)
     started = time.perf_counter()
-    if saved is None or not (saved.state.stopped_early or saved.state.epoch >= member.epochs):
+    if not finished(member, config):
         _train(config)
     trained = time.perf_counter() - started
     return _best_model(config, num_features), trained
+
+
+def finished(run: Run, config) -> bool:
+    """Whether the run directory of `config` (`_run_config` of `run`) holds `run`'s finished
+    checkpoint: all its epochs trained, or stopped early."""
+    from trainer import checkpoint
+
+    state = checkpoint.load_state(config.train.run_dir)
+    return state is not None and (state.stopped_early or state.epoch >= run.epochs)
 
 
 def ensemble_scores(member_scores: list[list[np.ndarray]]) -> list[np.ndarray]:

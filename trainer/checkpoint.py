@@ -92,22 +92,35 @@ def save(run_dir: str | os.PathLike, checkpoint: Checkpoint) -> Path:
 
 def load(run_dir: str | os.PathLike) -> Checkpoint | None:
     """Returns the checkpoint in `run_dir`, or None when there is none."""
+    read = _read(run_dir, ("model", "optimizer", "best"))
+    return None if read is None else Checkpoint(state=read[0], **read[1])
+
+
+def load_state(run_dir: str | os.PathLike) -> RunState | None:
+    """Returns the state of the checkpoint in `run_dir` (None when there is none) without reading
+    its arrays."""
+    read = _read(run_dir, ())
+    return None if read is None else read[0]
+
+
+def _read(run_dir: str | os.PathLike, groups: tuple[str, ...]):
+    """Returns `(state, {group: arrays})` of the checkpoint in `run_dir`, or None without one."""
     path = path_in(run_dir)
     if not path.exists():
         return None
     try:
         with np.load(path, allow_pickle=False) as data:
             state = RunState(**json.loads(str(data["state"])))
-            groups = {
+            arrays = {
                 group: [data[f"{group}/{i}"] for i in range(int(data[f"{group}/count"]))]
-                for group in ("model", "optimizer", "best")
+                for group in groups
             }
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as err:
         # EOFError: an empty file; BadZipFile: one cut short, or with a byte changed (CRC-32)
         raise CheckpointError(
             f"checkpoint {path} is unreadable ({err}); delete it or pass --fresh to start over"
         ) from err
-    return Checkpoint(state=state, **groups)
+    return state, arrays
 
 
 def remove_stale_temporaries(run_dir: str | os.PathLike) -> None:

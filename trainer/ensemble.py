@@ -54,8 +54,8 @@ def check_unseen(configs: list[Config], fingerprints: dict[str, list]) -> None:
     from trainer import checkpoint
 
     for config in configs:
-        saved = checkpoint.load(config.train.run_dir)
-        train_files = saved.state.data.get("train") if saved is not None else None
+        state = checkpoint.load_state(config.train.run_dir)
+        train_files = state.data.get("train") if state is not None else None
         trained_on = {tuple(entry[:2]) for entry in train_files or []}
         for split, name in (("vali", "validation"), ("test", "test")):
             seen = [entry for entry in fingerprints.get(split) or []

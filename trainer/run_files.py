@@ -91,30 +91,28 @@ def replace_file(path: Path, write: Callable[[BinaryIO], object], *, prefix: str
     """Replaces `path` atomically with what `write` puts in a binary file: a new temporary file
     beside it (`<prefix>*<suffix>`, default `.<name>.*.tmp`), flushed to disk, then a rename (which
     replaces a symbolic link at `path` instead of writing through it)."""
-    real_directory(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=prefix or f".{path.name}.", suffix=suffix, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fchmod(handle.fileno(), 0o644)
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _replace(path, lambda handle, _: write(handle), prefix or f".{path.name}.", suffix)
 
 
 def replace_by_saving(path: Path, save: Callable[[Path], object]) -> None:
-    """Replaces `path` atomically with the file `save(temporary path)` writes, for writers that
-    take a path (Keras's `model.save`): a new temporary file beside it, named `.<name>.*<suffix of
-    path>`, then a rename, as `replace_file`."""
+    """Replaces `path` as `replace_file` does, with the file `save(temporary path)` writes, for
+    writers that take a path (Keras's `model.save`, which rewrites that file in place); the
+    temporary file is named `.<name>.*<suffix of path>`."""
+    _replace(path, lambda _, tmp: save(tmp), f".{path.name}.", path.suffix)
+
+
+def _replace(path: Path, fill: Callable[[BinaryIO, Path], object], prefix: str,
+             suffix: str) -> None:
+    """Makes a temporary file beside `path`, has `fill(its open handle, its path)` write it, makes
+    it readable, flushes it to disk and renames it over `path`; removes it if anything fails."""
     real_directory(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
     try:
-        save(Path(tmp))
-        os.chmod(tmp, 0o644)
+        with os.fdopen(fd, "r+b") as handle:
+            fill(handle, Path(tmp))
+            handle.flush()
+            os.fchmod(handle.fileno(), 0o644)
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

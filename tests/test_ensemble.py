@@ -1,5 +1,8 @@
 """`tfapprox.ensemble.ScoreEnsemble`: its scores against the formula, padding, save and load."""
 
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -86,6 +89,23 @@ def test_save_and_load_keep_members_quantiles_and_constants(tmp_path):
     x = lists(8)
     np.testing.assert_allclose(to_numpy(loaded(x)), to_numpy(ensemble(x)), rtol=1e-6, atol=1e-7)
     assert [m.name for m in loaded.members] == ["first", "second", quantile.name]
+
+
+def test_a_fresh_interpreter_loads_a_saved_ensemble_after_import_tfapprox_alone(tmp_path):
+    """Every registered class (the ensemble, its DNNScorer members, their layers) is known once
+    `import tfapprox` has run: a user need not know which submodule registers which class."""
+    ensemble = ScoreEnsemble(members()).adapt([lists(7)])
+    ensemble.save(tmp_path / "ensemble.keras")
+    x = lists(8)
+    np.save(tmp_path / "features.npy", x["features"])
+    np.save(tmp_path / "mask.npy", x["mask"])
+    load = ("import keras, numpy as np, tfapprox, sys; d = sys.argv[1]; "
+            "m = keras.saving.load_model(d + '/ensemble.keras'); "
+            "x = {'features': np.load(d + '/features.npy'), 'mask': np.load(d + '/mask.npy')}; "
+            "np.save(d + '/scores.npy', keras.ops.convert_to_numpy(m(x)))")
+    subprocess.run([sys.executable, "-c", load, str(tmp_path)], check=True, capture_output=True)
+    np.testing.assert_allclose(np.load(tmp_path / "scores.npy"), to_numpy(ensemble(x)),
+                               rtol=1e-6, atol=1e-7)
 
 
 def test_bad_arguments_are_refused():

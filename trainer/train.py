@@ -146,10 +146,10 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
                     say(f"Early stopping after epoch {state.epoch}: no {config.train.select_metric} "
                         f"improvement for {config.train.patience} epochs")
         except KeyboardInterrupt as interrupt:  # report what a rerun resumes from: the checkpoint
-            saved = checkpoint.load(run_dir) if dist.is_chief else None
+            saved = checkpoint.load_state(run_dir) if dist.is_chief else None
             signum = stop.signum or (signal.SIGTERM if isinstance(interrupt, interrupts.Terminated)
                                      else signal.SIGINT)
-            raise Interrupted(saved.state.epoch if saved else 0, signum) from None
+            raise Interrupted(saved.epoch if saved else 0, signum) from None
         finally:
             if summaries is not None:
                 summaries.close()

@@ -147,6 +147,14 @@ DASALC_QUANTILE_SEARCH = (
 # (validation NDCG@10 averaged over the three sets), each with the transform that lifted DASALC's
 # validation on YAHOO and MQ2008 (dasalc_quantile), added for a third round of that rule.
 QUANTILE_LOSSES = ("unique_softmax_loss", "ranknet", "weighted_ranknet")
+# A new inductive bias for a fourth round of the rule below (issue 30): each of the third recipe's
+# members with every (quantile-transformed) feature also standardised within its list
+# (`list_standardize`), the list context a GBDT scoring documents one by one cannot use.
+LIST_STANDARDIZED = tuple(
+    Setting(model, loss, scorer=scorer + (("list_standardize", True),))
+    for model, scorer, loss in (("dasalc", DASALC_QUANTILE.scorer, DASALC_LOSS),
+                                ("B64", DASALC_QUANTILE.scorer, "weighted_ranknet"),
+                                ("B64", DASALC_QUANTILE.scorer, "unique_softmax_loss")))
 # DASALC-ens (Qin et al., ICLR 2021, their strongest): the mean of the standardised scores of
 # DASALC trained with 3 seeds (`experiment_runs.ensemble_scores`), with DASALC_LOSS.
 DASALC_ENSEMBLE = 3
@@ -263,6 +271,7 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     found["dasalc_quantile_search"] = list(DASALC_QUANTILE_SEARCH)
     found["losses_quantile"] = [Setting("B64", loss, scorer=DASALC_QUANTILE.scorer)
                                 for loss in QUANTILE_LOSSES]
+    found["list_standardized"] = list(LIST_STANDARDIZED)
     found["dasalc_ensemble"] = [Setting("dasalc", DASALC_LOSS, dict(DASALC_LOSSES)[DASALC_LOSS],
                                         members=DASALC_ENSEMBLE),
                                 dataclasses.replace(DASALC_QUANTILE, members=DASALC_ENSEMBLE)]
@@ -281,6 +290,7 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
         found["dasalc_search"] = []  # DASALC with options, as dasalc_quantile runs it
         found["losses_quantile"] = []  # a B-net with an option, as dasalc_quantile runs DASALC
         found["dasalc_quantile_search"] = []  # options dasalc_quantile's run shows working
+        found["list_standardized"] = []  # and so these
         found["direct"] = [s for s in found["direct"] if s.loss in ("softrank", "svm_map", "ndcg")]
         found = {name: [s.first_point_only() for s in settings]
                  for name, settings in found.items()}

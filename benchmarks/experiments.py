@@ -48,6 +48,8 @@ Studies (`--study`, any subset; the report has the sections of those given):
   losses_quantile  B64 with the quantile input transform and each of the losses study's three
                best losses by validation over the three sets (unique_softmax_loss, RankNet,
                weighted RankNet)
+  list_standardized  the third recipe's three members (below) with each feature, after the
+               quantile transform, also standardised within its list (--list-standardize)
   dasalc_ensemble  DASALC-ens (Qin et al., ICLR 2021): DASALC with the pairwise soft zero-one
                loss trained with 3 seeds, the mean of their scores standardised within each list;
                ensemble seed s is made of the single runs of seeds 3s, 3s+1, 3s+2 (ensemble

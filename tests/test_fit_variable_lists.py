@@ -310,6 +310,23 @@ def test_quantile_inputs_train_on_variable_length_lists(mode):
 
 
 @pytest.mark.parametrize("mode", XLA_MODES)
+def test_list_standardized_inputs_train_on_variable_length_lists(mode):
+    """Each feature standardised within its list beside the features, through fit, compiled, on
+    lists whose size changes from batch to batch: the standardised half's weights learn."""
+    keras.utils.set_random_seed(1)
+    model = models.DNNScorer(hidden_units=(8, 4), list_standardize=True)
+    model.build(INPUT_SHAPES)
+    num_features = INPUT_SHAPES["features"][-1]
+    before = to_numpy(model.hidden_dense[0].kernel)[num_features:]
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=losses.ApproxNDCGLoss(),
+                  jit_compile=True)
+    history = model.fit(dataset(), epochs=1, verbose=0).history
+    assert np.all(np.isfinite(history["loss"]))
+    after = to_numpy(model.hidden_dense[0].kernel)[num_features:]
+    assert np.all(np.isfinite(after)) and not np.allclose(after, before)
+
+
+@pytest.mark.parametrize("mode", XLA_MODES)
 def test_score_ensemble_trains_on_variable_length_lists(mode):
     """An ensemble of two scorers, its standardisation fitted to the batches' documents, trained
     end to end through fit, compiled, on lists whose size changes from batch to batch: both

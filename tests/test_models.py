@@ -14,6 +14,7 @@ from tfapprox.models import (
     MaskedBatchNormalization,
     QuantileTransform,
     build_scorer,
+    standardize_within_lists,
     symmetric_log1p,
 )
 
@@ -30,6 +31,7 @@ SCORERS = {
         "attention_units": 8,
     },
     "quantile": {"input_transform": "quantile"},
+    "list_standardized": {"list_standardize": True},  # documents meet through their list's moments
 }
 
 
@@ -375,7 +377,7 @@ def test_quantile_transform_refuses_bad_sizes(num_quantiles):
 
 def test_adapted_quantiles_survive_save_and_load(tmp_path):
     features, mask, _ = _batch(8, batch_size=6, list_size=10)
-    model = build_scorer("B64", input_transform="quantile")
+    model = build_scorer("B64", input_transform="quantile", list_standardize=True)
     _build(model, features, mask)
     model.adapt(features ** 3, mask)
     path = tmp_path / "scorer.keras"
@@ -383,6 +385,39 @@ def test_adapted_quantiles_survive_save_and_load(tmp_path):
     restored = keras.models.load_model(path)
     np.testing.assert_array_equal(ops.convert_to_numpy(restored.quantile.quantiles),
                                   ops.convert_to_numpy(model.quantile.quantiles))
+    assert restored.list_standardize
     np.testing.assert_allclose(
         ops.convert_to_numpy(restored({"features": features, "mask": mask})),
         ops.convert_to_numpy(model({"features": features, "mask": mask})), atol=1e-6)
+
+
+def test_list_standardization_is_each_features_z_score_over_its_lists_real_documents():
+    rng = np.random.default_rng(9)
+    features = rng.normal(loc=3.0, scale=2.0, size=(4, 7, NUM_FEATURES)).astype("float32")
+    mask = rng.random((4, 7)) < 0.6
+    mask[0] = [True] + [False] * 6  # a document alone: every feature is its list's mean
+    mask[1] = True
+    features[:, :, 2] = 5.0  # a feature constant within every list
+    features[~mask] = 1e6  # padding: must enter no mean nor variance
+    got = ops.convert_to_numpy(standardize_within_lists(features, mask))
+    for q in range(4):
+        valid = features[q][mask[q]].astype("float64")
+        expected = (valid - valid.mean(0)) / np.sqrt(valid.var(0) + 1e-3)
+        np.testing.assert_allclose(got[q][mask[q]], expected, rtol=1e-4, atol=1e-5)
+    assert np.all(got[~mask] == 0.0) and np.all(got[0, 0] == 0.0) and np.all(got[..., 2] == 0.0)
+
+
+def test_list_standardized_inputs_reach_the_tower_beside_the_features():
+    features, mask, _ = _batch(10, batch_size=3, list_size=6)
+    plain = DNNScorer(HIDDEN, list_standardize=True, input_batch_norm=False)
+    _build(plain, features, mask)
+    assert plain.hidden_dense[0].kernel.shape == (2 * NUM_FEATURES, HIDDEN[0])
+    # shifting and scaling one list's features moves only the raw half of the inputs
+    shifted = features.copy()
+    shifted[0] = 3.0 * shifted[0] + 1.0
+    kernel = ops.convert_to_numpy(plain.hidden_dense[0].kernel)
+    kernel[:NUM_FEATURES] = 0.0  # the tower sees the standardised half alone
+    plain.hidden_dense[0].kernel.assign(kernel)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(plain({"features": shifted, "mask": mask})),
+        ops.convert_to_numpy(plain({"features": features, "mask": mask})), atol=1e-4)

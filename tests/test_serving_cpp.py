@@ -60,10 +60,12 @@ MODELS = {
     "linear": lambda: _fitted(build_scorer("LINEAR"), 2),
     "adarank": lambda: _adarank_scorer(3),
     # DASALC's pieces, small: input noise, self-attention over the list, and its inputs through
-    # their training quantiles to N(0, 1) (the quantiles travel as weights; log1p is elementwise)
+    # their training quantiles to N(0, 1) (the quantiles travel as weights; log1p is elementwise),
+    # each also standardised within its list
     "dasalc": lambda: _fitted(_adapted(build_scorer("dasalc", hidden_units=(16,),
                                                     attention_layers=1, attention_units=8,
-                                                    input_transform="quantile"), 5), 4),
+                                                    input_transform="quantile",
+                                                    list_standardize=True), 5), 4),
     # two scorers' scores, each standardised by constants fitted to random lists (they travel
     # as weights, with the members' own, quantiles included)
     "ensemble": lambda: ScoreEnsemble([_fitted(build_scorer("B64"), 6),

@@ -6,9 +6,9 @@ A scorer maps a batch of padded lists to one score per document:
     {"features": float32 [B, L, F], "mask": bool [B, L]}  (or a bare [B, L, F] tensor)
         -> scores float32 [B, L]
 
-The pipeline: input transform (`symmetric_log1p` or `QuantileTransform`, and/or
-`MaskedBatchNormalization`) -> Gaussian
-noise (training only) -> per-document tower, optionally crossed with a `DocumentInteraction`
+The pipeline: input transform (`symmetric_log1p` or `QuantileTransform`), optionally each feature
+standardised within its list appended (`standardize_within_lists`), `MaskedBatchNormalization`
+-> Gaussian noise (training only) -> per-document tower, optionally crossed with a `DocumentInteraction`
 block -> Dense(1). Without the interaction block each document is scored on its own features;
 with it, documents of a list attend to each other, but without positions, so either way the scorer
 is permutation-equivariant over the list. Batch norm and attention see valid documents only, so
@@ -31,6 +31,7 @@ __all__ = [
     "MaskedBatchNormalization",
     "QuantileTransform",
     "build_scorer",
+    "standardize_within_lists",
     "symmetric_log1p",
 ]
 
@@ -67,6 +68,25 @@ INPUT_TRANSFORMS = ("none", "log1p", "quantile")
 def symmetric_log1p(x):
     """Returns `sign(x) · ln(1 + |x|)` elementwise (Qin et al., ICLR 2021, §4.1)."""
     return ops.sign(x) * ops.log1p(ops.abs(x))
+
+
+def standardize_within_lists(x, mask, epsilon=1e-3):
+    """Returns each feature standardised over the valid documents of its list, 0 at padding:
+
+        z_{q,d,f} = (x_{q,d,f} − μ_{q,f}) / √(σ²_{q,f} + ε),
+
+    μ and σ² the mean and (biased) variance of feature f over list q's documents where `mask`
+    `[B, L]` is True. A feature constant within a list gives 0 there. The list-level context a
+    tree ensemble, scoring each document alone, cannot use (a document's value relative to the
+    other candidates for the same query).
+    """
+    x = ops.cast(x, "float32")
+    valid = ops.expand_dims(ops.cast(mask, "bool"), -1)
+    count = ops.maximum(ops.sum(ops.cast(valid, "float32"), axis=1, keepdims=True), 1.0)
+    mean = ops.sum(ops.where(valid, x, 0.0), axis=1, keepdims=True) / count
+    centred = ops.where(valid, x - mean, 0.0)
+    variance = ops.sum(ops.square(centred), axis=1, keepdims=True) / count
+    return centred * ops.rsqrt(variance + epsilon)
 
 
 def split_inputs(inputs):
@@ -412,7 +432,9 @@ class DNNScorer(keras.Model):
     before the first layer (NaN or inf there cannot reach a gradient) and padded slots score 0.
 
     DASALC's additions (Qin et al., ICLR 2021), each off by default: `input_transform="log1p"`
-    applies `symmetric_log1p` before the input batch norm; `noise_stddev > 0` adds Gaussian noise
+    applies `symmetric_log1p` before the input batch norm; `list_standardize=True` appends to
+    the (transformed) features each of them standardised within its list
+    (`standardize_within_lists`), so 2F inputs go on; `noise_stddev > 0` adds Gaussian noise
     `N(0, σ²)` to the (transformed, normalised) inputs in training only; `attention_layers > 0`
     runs a `DocumentInteraction` block on those inputs, projects its output `a` to the tower's
     last width and crosses it into the tower's output `h` as `(1 + a) ⊙ h` (latent cross) before
@@ -431,6 +453,8 @@ class DNNScorer(keras.Model):
         input_transform: `"none"`, `"log1p"` (`sign(x) · ln(1 + |x|)`) or `"quantile"` (each
             feature through its training quantiles to N(0, 1), `QuantileTransform`: call
             `adapt` on training documents before training), before the batch norm.
+        list_standardize: Whether to append each (transformed) feature standardised within its
+            list. Like the attention, it makes a document's score depend on its list.
         noise_stddev: σ of the Gaussian noise added to the inputs in training, >= 0 (0: none).
         attention_layers: Stacked self-attention blocks over the list, >= 0 (0: none).
         attention_heads: Heads per attention block.
@@ -445,6 +469,7 @@ class DNNScorer(keras.Model):
         batch_norm_epsilon=1e-3,
         input_batch_norm=True,
         input_transform="none",
+        list_standardize=False,
         noise_stddev=0.0,
         attention_layers=0,
         attention_heads=2,
@@ -477,6 +502,7 @@ class DNNScorer(keras.Model):
                 f"attention_layers={attention_layers!r}."
             )
         self.input_transform = input_transform
+        self.list_standardize = bool(list_standardize)
         self.noise_stddev = float(noise_stddev)
         self.attention_layers = attention_layers
         self.attention_heads = attention_heads
@@ -521,9 +547,9 @@ class DNNScorer(keras.Model):
                 "DNNScorer needs a known feature dimension; received features shape "
                 f"{tuple(feature_shape)}."
             )
-        width = num_features
         if self.quantile is not None and not self.quantile.built:  # adapt may have built it
-            self.quantile.build((None, None, width))
+            self.quantile.build((None, None, num_features))
+        width = 2 * num_features if self.list_standardize else num_features
         if self.input_norm is not None:
             self.input_norm.build((None, None, width))
         if self.interaction is not None:
@@ -546,6 +572,8 @@ class DNNScorer(keras.Model):
             x = symmetric_log1p(x)
         elif self.quantile is not None:
             x = self.quantile(x)
+        if self.list_standardize:
+            x = ops.concatenate([ops.cast(x, "float32"), standardize_within_lists(x, mask)], -1)
         if self.input_norm is not None:
             x = self.input_norm(x, mask=mask, training=training)
         if training and self.noise_seed is not None:
@@ -583,6 +611,7 @@ class DNNScorer(keras.Model):
             "batch_norm_epsilon": self.batch_norm_epsilon,
             "input_batch_norm": self.input_batch_norm,
             "input_transform": self.input_transform,
+            "list_standardize": self.list_standardize,
             "noise_stddev": self.noise_stddev,
             "attention_layers": self.attention_layers,
             "attention_heads": self.attention_heads,

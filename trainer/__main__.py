@@ -35,6 +35,7 @@ _FLAG_KEYS = {
     "dropout": "model.dropout",
     "bn_momentum": "model.batch_norm_momentum",
     "input_transform": "model.input_transform",
+    "list_standardize": "model.list_standardize",
     "noise_stddev": "model.noise_stddev",
     "attention_layers": "model.attention_layers",
     "loss": "loss.name",
@@ -143,6 +144,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="applied to the features before the input batch norm: log1p is "
                    "sign(x)·ln(1+|x|), quantile maps each feature through its training quantiles "
                    "to N(0, 1) (default: the preset's)")
+    g.add_argument("--list-standardize", action="store_true", default=None,
+                   help="append each (transformed) feature standardised within its list, "
+                   "(x − list mean) / list std over the list's documents (default: the preset's, "
+                   "off)")
     g.add_argument("--noise-stddev", type=float,
                    help="σ of Gaussian noise on the inputs in training, 0 for none (default: "
                    "the preset's)")

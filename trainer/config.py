@@ -55,9 +55,11 @@ class ModelConfig:
     dropout: float = 0.0
     batch_norm_momentum: float | None = None  # None: the scorer's default
     # DASALC's pieces, each None for the preset's own choice (the B-nets: none of them), so that
-    # an ablation switches one off or on: "none", "log1p" or "quantile"; σ of the training-only
-    # input noise; self-attention blocks over the list (0: none).
+    # an ablation switches one off or on: "none", "log1p" or "quantile"; whether to append each
+    # feature standardised within its list; σ of the training-only input noise; self-attention
+    # blocks over the list (0: none).
     input_transform: str | None = None
+    list_standardize: bool | None = None
     noise_stddev: float | None = None
     attention_layers: int | None = None
     adarank_measure: str = "ndcg"  # E of AdaRank: map, ndcg, ndcg@k, p@k, mrr

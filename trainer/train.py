@@ -547,7 +547,8 @@ def _adapt_inputs(built: Built, splits: data.Splits, say: Printer) -> None:
 
 def _scorer_kwargs(config: Config) -> dict[str, Any]:
     kwargs = {"dropout": config.model.dropout}
-    for key in ("batch_norm_momentum", "input_transform", "noise_stddev", "attention_layers"):
+    for key in ("batch_norm_momentum", "input_transform", "list_standardize", "noise_stddev",
+                "attention_layers"):
         if getattr(config.model, key) is not None:
             kwargs[key] = getattr(config.model, key)
     return kwargs

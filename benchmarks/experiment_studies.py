@@ -196,12 +196,19 @@ MIXED_ENSEMBLES["quantile_round3"] = (
 # seeds 0-2; seed 1 was run later, to see whether seed 0's figures held).
 MIXED_ENSEMBLES["quantile_round3_3seeds"] = MIXED_ENSEMBLES["quantile_round3"]
 MIXED_ENSEMBLE_SEEDS["quantile_round3_3seeds"] = 3
+# A fourth recipe, the fourth round of the rule: the candidates now include list_standardized
+# (the third recipe's members with each feature also standardised within its list, added after
+# the third recipe's test figures were read); its members are the rule's pick from the cache once
+# those runs were complete, before any of its test figures (or list_standardized's) was read.
+MIXED_ENSEMBLES["list_round4"] = tuple((s.model, s.scorer, s.loss) for s in LIST_STANDARDIZED)
 # The recipes, by name in MIXED_ENSEMBLES, each with the studies its rule ranks; the others are
 # variants.
 MIXED_ENSEMBLE_RECIPES = {"validation_top3": ("dasalc", "losses"),
                           "quantile_top3": ("dasalc", "dasalc_quantile", "losses"),
                           "quantile_round3": ("dasalc", "dasalc_quantile", "losses",
                                               "losses_quantile"),
+                          "list_round4": ("dasalc", "dasalc_quantile", "losses",
+                                          "losses_quantile", "list_standardized"),
                           "smoke": ("losses",)}  # the smoke run's: both settings it runs
 # The `losses` study: every loss of `tfapprox.losses.LOSSES`, by its key there (TF-Ranking's
 # RankingLossKey where the class is TF-Ranking's; TF-Ranking's approx_ndcg_loss and list_mle_loss

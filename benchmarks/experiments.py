@@ -67,7 +67,8 @@ Studies (`--study`, any subset; the report has the sections of those given):
                and the recipe with each member an ensemble of 3 seeds (ensemble seed s: seeds
                3s-3s+2 of each, so --seeds 0 reuses the recipe's runs); then two more rounds
                of the rule, each recipe fixed when new candidates had been run: with
-               dasalc_quantile (quantile_top3), and with losses_quantile too (quantile_round3)
+               dasalc_quantile (quantile_top3), with losses_quantile too (quantile_round3), and
+               with list_standardized too (list_round4)
   dasalc_ablation  DASALC with ApproxNDCG without the log1p transform, without the input noise,
                without the self-attention, and the B256 tower with none of them
   dasalc_tuned DASALC with ApproxNDCG under the GBDTs' protocol, chosen per fold on validation

@@ -462,8 +462,29 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
         lines += ["", _chosen_against(ran, reference, folds)]
     lines += [_ensemble_tests(row, every_row, reference, folds)
               for row in ran if row.setting.ensemble]
+    lines += [_list_standardized_test(row, every_row, folds)
+              for row in ran if LIST_STANDARDIZE in row.setting.scorer]
     lines += [_points_chosen(row, folds) for row in tuned if row in ran]
     return "\n".join(lines) + "\n"
+
+
+LIST_STANDARDIZE = ("list_standardize", True)  # the scorer option of the list_standardized study
+
+
+def _list_standardized_test(row, rows, folds):
+    """Says how the setting of `row`, run with `list_standardize`, fares against the same setting
+    without it (among `rows`): validation and test NDCG@10, each query averaged over the seeds
+    both have."""
+    without = dataclasses.replace(
+        row.setting, scorer=tuple(o for o in row.setting.scorer if o != LIST_STANDARDIZE))
+    other = next((r for r in rows if r.setting == without), None)
+    test = None if other is None else paired(row, other, folds, "ndcg@10")
+    if test is None:
+        return f"\n{row.setting.label()}: {without.label()} is not run, so not compared."
+    diff, p, queries = test
+    return (f"\n{row.setting.label()} − the same without the list standardisation: validation "
+            f"{SELECT_METRIC} {row.validation_mean(folds) - other.validation_mean(folds):+.4f}, "
+            f"test NDCG@10 {diff:+.4f} (p = {p:.3f}, {queries} queries).")
 
 
 def _ensemble_tests(row, rows, reference, folds):

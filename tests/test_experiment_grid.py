@@ -1,6 +1,7 @@
 """Grids over scorer and optimiser options in `benchmarks.experiments`: each point is its own run,
 a point equal to the recipe and the trainer's configuration is the run without the option, and the
-report picks per fold the point best on validation."""
+report picks per fold the point best on validation; a scorer option (list standardisation) is
+compared with the same setting without it."""
 
 import dataclasses
 import json
@@ -44,3 +45,25 @@ def test_the_report_chooses_per_fold_the_point_best_on_validation(tmp_path):
     assert row.seconds_per_fold([1, 2]) == 4.0  # choosing cost every point's run
     assert experiment_report._points_chosen(row, [1, 2]).endswith(
         "chose Fold1 seed0: input_transform=none, learning_rate=0.2; Fold2 seed0: the recipe.")
+
+
+def test_the_report_compares_a_list_standardized_setting_with_the_same_without(tmp_path):
+    from benchmarks.experiment_studies import LIST_STANDARDIZED
+
+    with_it = LIST_STANDARDIZED[1]
+    without = dataclasses.replace(with_it, scorer=(("input_transform", "quantile"),))
+    tests = {with_it: [0.6, 0.8, 0.5], without: [0.5, 0.8, 0.2]}  # three queries' ndcg@10
+    for setting, values in tests.items():
+        (run,) = runs_of(setting, "MQ2008", [1], [0], 40)
+        path = run.cache_path(tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "validation": {"ndcg@10": 0.71 if setting is with_it else 0.70},
+            "qids": ["a", "b", "c"], "test": {"values": {"ndcg@10": values},
+                                              "relevant": [True] * 3},
+            "wall_seconds": 1.0, "run": dataclasses.asdict(run)}))
+    rows = [experiment_report.Selected(s, "MQ2008", tmp_path, [1], [0], 40, print) for s in tests]
+    line = experiment_report._list_standardized_test(rows[0], rows, [1])
+    assert line.endswith("− the same without the list standardisation: validation ndcg@10 "
+                         "+0.0100, test NDCG@10 +0.1333 (p = 0.270, 3 queries).")
+    assert "is not run" in experiment_report._list_standardized_test(rows[0], rows[:1], [1])

@@ -33,7 +33,8 @@ scores are per document, so a client pads short lists with any finite values and
 scores. An empty batch gets empty scores from every signature.
 
 A scorer whose documents meet (DASALC's self-attention over the list, `tfapprox.models.
-DocumentInteraction`) scores each document in the context of its list. Its signatures are the
+DocumentInteraction`, or features standardised within the list, `list_standardize=True`) scores
+each document in the context of its list. Its signatures are the
 same, but send whole lists: ELWCs to `serving_default` and `predict`, and to `score_features` lists
 without padding (every slot there is a document, so padding would join the list);
 `score_examples` and `regress` score each document as a list of its own.

@@ -8,11 +8,12 @@ A scorer maps a batch of padded lists to one score per document:
 
 The pipeline: input transform (`symmetric_log1p` or `QuantileTransform`), optionally each feature
 standardised within its list appended (`standardize_within_lists`), `MaskedBatchNormalization`
--> Gaussian noise (training only) -> per-document tower, optionally crossed with a `DocumentInteraction`
-block -> Dense(1). Without the interaction block each document is scored on its own features;
-with it, documents of a list attend to each other, but without positions, so either way the scorer
-is permutation-equivariant over the list. Batch norm and attention see valid documents only, so
-padded slots never change a valid document's score nor the moving averages. Padded slots score 0.
+-> Gaussian noise (training only) -> per-document tower, optionally crossed with a
+`DocumentInteraction` block -> Dense(1). Without the interaction block and the list
+standardisation each document is scored on its own features; with either, documents of a list
+meet, but without positions, so either way the scorer is permutation-equivariant over the list.
+Batch norm, the list standardisation and attention see valid documents only, so padded slots never
+change a valid document's score nor the moving averages. Padded slots score 0.
 
 References: S. Bruch, M. Zoghi, M. Bendersky, M. Najork. "Revisiting Approximate Metric
 Optimization in the Age of Deep Neural Networks". SIGIR 2019. Z. Qin, L. Yan, H. Zhuang, Y. Tay,

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC, read_cached
-from benchmarks.experiment_studies import (LOSS_STUDY_REFERENCE, MIXED_ENSEMBLE_RECIPES,
-                                           SEED_CHALLENGERS, SEED_LOSSES, YILMAZ_MEASURES,
-                                           runs_of)
+from benchmarks.experiment_studies import (LIST_STANDARDIZE, LOSS_STUDY_REFERENCE,
+                                           MIXED_ENSEMBLE_RECIPES, SEED_CHALLENGERS, SEED_LOSSES,
+                                           YILMAZ_MEASURES, runs_of)
 
 # The studies whose rows the table of DASALC against the GBDTs shows, in its order (after the
 # GBDTs; DASALC tuned on validation has a table of its own below it).
@@ -466,9 +466,6 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
               for row in ran if LIST_STANDARDIZE in row.setting.scorer]
     lines += [_points_chosen(row, folds) for row in tuned if row in ran]
     return "\n".join(lines) + "\n"
-
-
-LIST_STANDARDIZE = ("list_standardize", True)  # the scorer option of the list_standardized study
 
 
 def _list_standardized_test(row, rows, folds):

@@ -150,8 +150,9 @@ QUANTILE_LOSSES = ("unique_softmax_loss", "ranknet", "weighted_ranknet")
 # A new inductive bias for a fourth round of the rule below (issue 30): each of the third recipe's
 # members with every (quantile-transformed) feature also standardised within its list
 # (`list_standardize`), the list context a GBDT scoring documents one by one cannot use.
+LIST_STANDARDIZE = ("list_standardize", True)
 LIST_STANDARDIZED = tuple(
-    Setting(model, loss, scorer=scorer + (("list_standardize", True),))
+    Setting(model, loss, scorer=scorer + (LIST_STANDARDIZE,))
     for model, scorer, loss in (("dasalc", DASALC_QUANTILE.scorer, DASALC_LOSS),
                                 ("B64", DASALC_QUANTILE.scorer, "weighted_ranknet"),
                                 ("B64", DASALC_QUANTILE.scorer, "unique_softmax_loss")))

@@ -24,7 +24,8 @@ from benchmarks.experiment_studies import (LIST_STANDARDIZE, LOSS_STUDY_REFERENC
 # The studies whose rows the table of DASALC against the GBDTs shows, in its order (after the
 # GBDTs; DASALC tuned on validation has a table of its own below it).
 DASALC_TABLE = ("dasalc", "dasalc_search", "dasalc_quantile", "dasalc_quantile_search",
-                "losses_quantile", "list_standardized", "dasalc_ensemble", "mixed_ensemble", "dasalc_ablation")
+                "losses_quantile", "list_standardized", "dasalc_ensemble", "mixed_ensemble",
+                "dasalc_ablation")
 
 PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
     "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),

@@ -126,26 +126,24 @@ def _per_query_pairs(a: Selected, b: Selected, folds, metric, every_seed):
 def paired(a: Selected, b: Selected, folds, metric, every_seed=False):
     """Returns (mean difference a − b, p-value, number of queries) of a paired t-test over the
     queries, or None without the runs (seeds as `_per_query_pairs`)."""
+    pairs = _per_query_pairs(a, b, folds, metric, every_seed)
+    return None if pairs is None else _paired_t_test(*pairs)
+
+
+def _paired_t_test(x, y):
+    """(mean difference x − y, p-value, number of queries) of a paired t-test of `x` and `y`."""
     from scipy import stats
 
-    pairs = _per_query_pairs(a, b, folds, metric, every_seed)
-    if pairs is None:
-        return None
-    x, y = pairs
     p = float(stats.ttest_rel(x, y).pvalue) if np.any(x != y) else 1.0
     return float(np.mean(x - y)), p, len(x)
 
 
-def least_significant_difference(a: Selected, b: Selected, folds, metric, every_seed=False):
-    """The smallest mean difference |a − b| that `paired` would call significant, given the
-    spread of these queries' differences: t_{1 − SIGNIFICANT/2, n − 1} · sd(x − y) / √n.
-    None without the runs."""
+def least_significant_difference(x, y):
+    """The smallest mean difference |x − y| that `paired` would call significant, given the
+    spread of these queries' differences: t_{1 − SIGNIFICANT/2, n − 1} · sd(x − y) / √n."""
     from scipy import stats
 
-    pairs = _per_query_pairs(a, b, folds, metric, every_seed)
-    if pairs is None:
-        return None
-    d = pairs[0] - pairs[1]
+    d = x - y
     n = len(d)
     return float(stats.t.ppf(1 - SIGNIFICANT / 2, n - 1) * np.std(d, ddof=1) / np.sqrt(n))
 
@@ -587,15 +585,13 @@ def _mixed_ensemble(by_set, folds):
         standings, below, short = [], [], []
         for name, (_, rows, reference) in by_set.items():
             row = rows[i]
-            test = None if reference is None else paired(row, reference, folds, "ndcg@10",
-                                                         every_seed=True)
-            if test is None:
+            pairs = None if reference is None else _per_query_pairs(row, reference, folds,
+                                                                    "ndcg@10", every_seed=True)
+            if pairs is None:
                 lines.append(f"| {kind}: {setting.label()} | {name} | not run |"
                              + " — |" * 4)
                 continue
-            diff, p, _ = test
-            needed = least_significant_difference(row, reference, folds, "ndcg@10",
-                                                  every_seed=True)
+            (diff, p, _), needed = _paired_t_test(*pairs), least_significant_difference(*pairs)
             standings.append((diff, _standing(diff, p)))
             if diff < 0:
                 below.append(f"{name} ({diff:+.4f}, {'not ' * (p >= SIGNIFICANT)}significantly)")

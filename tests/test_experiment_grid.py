@@ -88,11 +88,12 @@ def test_the_least_significant_difference_is_where_the_paired_test_crosses_its_t
     ours, theirs = rng.uniform(size=40), rng.uniform(size=40)
     rows = [_cache_test_values(tmp_path, LIST_STANDARDIZED[0], 0.7, ours.tolist()),
             _cache_test_values(tmp_path, LIST_STANDARDIZED[1], 0.7, theirs.tolist())]
-    needed = experiment_report.least_significant_difference(*rows, [1], "ndcg@10")
+    pairs = experiment_report._per_query_pairs(*rows, [1], "ndcg@10", every_seed=False)
+    needed = experiment_report.least_significant_difference(*pairs)
     # differences with the same spread, shifted to mean `needed`, test at exactly the threshold
     shifted = ours - theirs - np.mean(ours - theirs) + needed
     assert stats.ttest_1samp(shifted, 0.0).pvalue == pytest.approx(experiment_report.SIGNIFICANT)
-    assert experiment_report.least_significant_difference(rows[0], rows[0], [1], "ndcg@10") == 0
+    assert experiment_report.least_significant_difference(ours, ours) == 0
 
 
 def test_issue_30s_verdict_names_each_set_not_significantly_ahead_and_what_it_needs(tmp_path):
@@ -111,8 +112,8 @@ def test_issue_30s_verdict_names_each_set_not_significantly_ahead_and_what_it_ne
     assert text.endswith(f"the variant {ensemble.label()}: **met**.\n")
     by_set["B"] = by_set["C"]  # now significantly ahead on one set only
     text = experiment_report._mixed_ensemble(by_set, [1])
-    needed = experiment_report.least_significant_difference(*by_set["C"][1], by_set["C"][2], [1],
-                                                            "ndcg@10", every_seed=True)
+    needed = experiment_report.least_significant_difference(*experiment_report._per_query_pairs(
+        *by_set["C"][1], by_set["C"][2], [1], "ndcg@10", every_seed=True))
     assert "| C | " in text and f"| ±{needed:.4f} | level with it within noise |" in text
     assert re.search(rf"\*\*not met\*\*; above it but not significantly on B \(\+0\.\d{{4}} of the "
                      rf"\+{needed:.4f} it needs\), C \(", text), text[-400:]

@@ -627,11 +627,9 @@ def _against_test_best_gbdt(recipe, i, by_set, folds):
     whose test NDCG@10 is best there: a reference chosen in hindsight, on test."""
     parts = []
     for name, (rows, ensembles, _) in by_set.items():
-        run = [r for r in rows.get("gbdt", []) if r.cell(folds, "ndcg@10") is not None]
-        if not run:
-            continue
-        best = max(run, key=lambda r: r.cell(folds, "ndcg@10")[0])
-        test = paired(ensembles[i], best, folds, "ndcg@10", every_seed=True)
+        best = _gbdt_reference(rows.get("gbdt", []), folds, in_test=True)
+        test = None if best is None else paired(ensembles[i], best, folds, "ndcg@10",
+                                                every_seed=True)
         if test is not None:
             parts.append(f"{name}: {best.setting.model} {best.cell(folds, 'ndcg@10')[0]:.4f}, "
                          f"{test[0]:+.4f} (p = {test[1]:.3f})")
@@ -685,10 +683,13 @@ def _costed(rows, folds, names=None):
                         for name, r in zip(names, rows)])
 
 
-def _gbdt_reference(gbdts, folds):
-    """Returns the GBDT row with the best validation NDCG@10 among those run; None if none ran."""
+def _gbdt_reference(gbdts, folds, in_test=False):
+    """Returns the GBDT row with the best validation NDCG@10 among those run, or with `in_test`
+    the best test NDCG@10 (a choice in hindsight); None if none ran."""
     run = [r for r in gbdts if r.cell(folds, "ndcg@10") is not None]
-    return max(run, key=lambda r: r.validation_mean(folds)) if run else None
+    best = ((lambda r: r.cell(folds, "ndcg@10")[0]) if in_test else
+            (lambda r: r.validation_mean(folds)))
+    return max(run, key=best) if run else None
 
 
 SIGNIFICANT = 0.05  # the p-value under which a paired difference is called significant

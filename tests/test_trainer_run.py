@@ -1,5 +1,6 @@
 """End-to-end trainer runs in this process, on tiny generated data (a few seconds each)."""
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -19,7 +20,7 @@ import yaml
 
 from tfapprox import losses
 from tfapprox.data import convert, synthetic
-from trainer import checkpoint, config as config_lib, cv, data, train
+from trainer import checkpoint, config as config_lib, cv, data, run_lock, train
 from trainer.config import DataConfig
 from trainer.__main__ import main
 
@@ -276,6 +277,108 @@ def test_ensemble_refuses_what_is_not_a_run_and_a_run_dir_holding_one(trained, t
         err = capsys.readouterr().err
         assert err.startswith("python -m trainer ensemble: error: ") and message in err
         assert err.count("\n") == 1
+
+
+def test_ensemble_refuses_a_member_named_twice_and_a_run_dir_inside_one(trained, tmp_path,
+                                                                        capsys):
+    """A run named twice (also through a trailing slash or a link) would count twice; a --run-dir
+    inside a member would write into a directory the ensemble only reads. Refused in one line
+    naming the member, before anything is written."""
+    config, _, _ = trained
+    member = config.train.run_dir
+    link = tmp_path / "link"
+    link.symlink_to(member)
+    inside = Path(member) / "ens"
+    for members, run_dir, message in (
+            ([member, member + "/"], str(tmp_path / "ens"),
+             f"--members names {member} twice (also as {member}/)"),
+            ([member, str(link)], str(tmp_path / "ens"), f"--members names {member} twice"),
+            ([member], str(inside), f"--run-dir {inside} is inside member {member}'s run"),
+            ([str(link)], str(link / "logs" / "ens"), f"is inside member {link}'s run")):
+        with pytest.raises(SystemExit) as exited:
+            main(["ensemble", "--members", *members, "--run-dir", run_dir,
+                  "--export-dir", str(tmp_path / "saved")])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("python -m trainer ensemble: error: ") and message in err, err
+        assert err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link"] and not inside.exists()
+
+
+def copy_run(config, directory, **changes):
+    """Returns the run directory of a copy of `config`'s run in `directory`, its config.json
+    changed by `changes` (dotted keys)."""
+    shutil.copytree(config.train.run_dir, directory)
+    values = json.loads((directory / "config.json").read_text())
+    config_lib.apply_overrides(values, changes)
+    (directory / "config.json").write_text(json.dumps(values))
+    return str(directory)
+
+
+def stopped_after_two_of_three_epochs(config, tmp_path):
+    """What a run stopped (SIGTERM) after its second of three epochs leaves: a config of three
+    epochs, a checkpoint of two, no results.json."""
+    run_dir = copy_run(config, tmp_path / "stopped", **{"train.epochs": 3})
+    (Path(run_dir) / "results.json").unlink()
+    return run_dir, f"member {run_dir} did not finish training: 2 of its 3 epochs done"
+
+
+def with_nan_weights(config, tmp_path):
+    run_dir = copy_run(config, tmp_path / "nan")
+    saved = checkpoint.load(run_dir)
+    saved.best = [np.full_like(w, np.nan) for w in saved.best]
+    checkpoint.save(run_dir, saved)
+    return run_dir, f"member {run_dir} scores "
+
+
+@pytest.mark.parametrize("member", [stopped_after_two_of_three_epochs, with_nan_weights,
+                                    "still training", "trained on a renamed copy of --vali"])
+def test_ensemble_refuses_a_member_before_writing_anything(trained, tmp_path, cache_dir, capsys,
+                                                           member):
+    """A member whose run did not finish or is still training (its best weights are not the
+    run's choice), one whose validation scores are not finite (the export would answer every
+    request with an error), or one trained on the bytes of the validation file under another name:
+    one line naming it, status 1, and no run directory or export."""
+    config, _, _ = trained
+    args = ["--run-dir", str(tmp_path / "ens"), "--export-dir", str(tmp_path / "saved")]
+    holding = contextlib.nullcontext()
+    if member == "still training":
+        holding = run_lock.hold(config.train.run_dir)
+        member = config.train.run_dir
+        message = f"member {member} is still being trained (pid {os.getpid()} on host "
+    elif member == "trained on a renamed copy of --vali":
+        trained_on = checkpoint.load_state(config.train.run_dir).data["train"][0][0]
+        renamed = tmp_path / "copy" / "vali.txt"
+        renamed.parent.mkdir()
+        shutil.copy(next(Path(cache_dir).rglob(trained_on)), renamed)
+        args += ["--vali", str(renamed)]
+        member = config.train.run_dir
+        message = (f"member {member} was trained on {trained_on} (the same data as {renamed}), "
+                   "which the ensemble would use as validation data")
+    else:
+        member, message = member(config, tmp_path)
+    members = dict.fromkeys([config.train.run_dir, member])  # the trained run, and the member
+    with holding:
+        assert main(["ensemble", "--members", *members, *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m trainer ensemble: error: {message}"), err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "ens").exists() and not (tmp_path / "saved").exists()
+
+
+def test_results_json_is_strict_json_without_nan_or_infinity(tmp_path):
+    """JSON has no NaN or infinity: a metric that is not finite is written as null."""
+    path = tmp_path / "results.json"
+    train.write_json(path, {"test": {"ndcg@5": float("nan"), "loss": np.float32("inf")},
+                            "history": [{"loss": -float("inf"), "ndcg@5": np.float64(0.5)}],
+                            "epochs_run": np.int64(2)})
+
+    def refuse(token):
+        raise ValueError(f"{token} is not JSON")
+
+    assert json.loads(path.read_text(), parse_constant=refuse) == {
+        "test": {"ndcg@5": None, "loss": None}, "history": [{"loss": None, "ndcg@5": 0.5}],
+        "epochs_run": 2}
 
 
 def test_evaluate_needs_a_trained_run(tmp_path):

@@ -20,7 +20,18 @@ from keras import ops
 
 from tfapprox.models import split_inputs
 
-__all__ = ["ScoreEnsemble"]
+__all__ = ["NonFiniteScores", "ScoreEnsemble"]
+
+
+class NonFiniteScores(ValueError):
+    """`ScoreEnsemble.adapt` found a member whose scores, or the constants fitted to them, are NaN
+    or infinite: the ensemble would score every document NaN. `member` is its index; `reason`
+    says what was found (the message, less the member's name)."""
+
+    def __init__(self, member: int, name: str, reason: str):
+        super().__init__(f"ScoreEnsemble member {member} ({name}) {reason}")
+        self.member = member
+        self.reason = reason
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
@@ -73,15 +84,22 @@ class ScoreEnsemble(keras.Model):
         """Sets `offsets` and `scales` to the mean and standard deviation of each member's scores
         over the real documents of `batches`: an iterable (a `tf.data.Dataset`, say) of inputs
         `{"features", "mask"}`, or of `(inputs, labels)` pairs. A member that gives every
-        document one score gets scale 1 (it then adds 0 to every score). Returns the ensemble."""
+        document one score gets scale 1 (it then adds 0 to every score). Returns the ensemble.
+
+        Raises `NonFiniteScores`, leaving the constants as they were, if a member gives a real
+        document a NaN or infinite score, or its μ or σ does not fit float32."""
         total = np.zeros(len(self.members))
         squares = np.zeros(len(self.members))
+        not_finite = np.zeros(len(self.members), dtype=np.int64)
         count = 0
         for batch in batches:
             inputs = batch[0] if isinstance(batch, tuple) else batch
             _, mask = split_inputs(inputs)
             scores = ops.convert_to_numpy(self.member_scores(inputs)).astype(np.float64)
             real = scores[ops.convert_to_numpy(mask)]
+            finite = np.isfinite(real)
+            not_finite += np.count_nonzero(~finite, axis=0)
+            real = np.where(finite, real, 0.0)  # refused below; kept out of the sums meanwhile
             total += real.sum(axis=0)
             squares += np.square(real).sum(axis=0)
             count += len(real)
@@ -89,8 +107,18 @@ class ScoreEnsemble(keras.Model):
             raise ValueError("ScoreEnsemble.adapt received no documents: every slot was padding.")
         mean = total / count
         std = np.sqrt(np.maximum(squares / count - np.square(mean), 0.0))
-        self.offsets.assign(mean.astype("float32"))
-        self.scales.assign(np.where(std > 0, std, 1.0).astype("float32"))
+        with np.errstate(over="ignore"):  # beyond float32's range: infinite, refused below
+            offsets = mean.astype("float32")
+            scales = np.where(std > 0, std, 1.0).astype("float32")
+        for member, model in enumerate(self.members):
+            if not_finite[member]:
+                raise NonFiniteScores(member, model.name, f"scores {not_finite[member]} of {count} "
+                                      "documents NaN or infinite")
+            if not (np.isfinite(offsets[member]) and np.isfinite(scales[member])):
+                raise NonFiniteScores(member, model.name, "has scores whose mean or standard "
+                                      "deviation does not fit float32")
+        self.offsets.assign(offsets)
+        self.scales.assign(scales)
         return self
 
     def compute_output_shape(self, input_shape):

@@ -46,6 +46,10 @@ class RunState:
     num_features: int | None = None  # the model's input width
     data: dict[str, list] = dataclasses.field(default_factory=dict)  # split -> data.fingerprint
 
+    def finished(self, planned: int) -> bool:
+        """Whether the run is over: its `planned` epochs done, or stopped early."""
+        return self.stopped_early or self.epoch >= planned
+
     def record(self, logs: dict[str, float], value: float, patience: int) -> bool:
         """Appends one finished epoch; returns whether `value` is a new best (higher is better)."""
         self.epoch += 1

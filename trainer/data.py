@@ -116,6 +116,15 @@ def check_sources(config: DataConfig) -> None:
         _expand(patterns)
 
 
+def source_files(config: DataConfig) -> dict[str, list[Path]]:
+    """Returns each split's files as `resolve` reads them, before any conversion; generates and
+    converts nothing, so the demo set's files only once they exist. Raises FileNotFoundError
+    naming a missing file, glob or directory."""
+    sources = _sources(config, lambda: _demo_splits(
+        Path(config.cache_dir), {**DEMO_DATA, **config.synthetic}, print_fn=None))
+    return {split: _expand(paths) for split, paths in sources.items()}
+
+
 def fingerprint(patterns: list[str]) -> list[list]:
     """Returns what identifies a split's data: each file's name, size and modification time.
 
@@ -288,11 +297,16 @@ def _common_width(sources: dict[str, list[str]], records: dict[str, list[str]]) 
     return widths["train"]
 
 
-def _demo_splits(cache: Path, params: dict[str, Any], print_fn: Printer) -> dict[str, Path]:
+def _demo_splits(cache: Path, params: dict[str, Any],
+                 print_fn: Printer | None) -> dict[str, Path]:
+    """Returns the demo set's split files, generated first if missing; with `print_fn` None only
+    if they exist (none otherwise)."""
     from tfapprox.data import write_splits
 
     target = cache / f"demo-{_key(params)}"
     if not target.exists():
+        if print_fn is None:
+            return {}
         print_fn(f"Generating demo data in {target} ({params['num_queries']} queries)")
         _publish(target, lambda tmp: write_splits(tmp, **params))
     return {split: target / f"{split}.txt" for split in ("train", "vali", "test")}

@@ -14,11 +14,15 @@ directory the trainer writes into must be a real directory.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable
+
+import numpy as np
 
 from tfapprox import files
 
@@ -84,6 +88,25 @@ def check_claimed(run_dir: str | os.PathLike) -> Path:
 def write_text(path: Path, text: str) -> None:
     """Replaces `path` with `text` (see `replace_file`)."""
     replace_file(path, lambda handle: handle.write(text.encode()))
+
+
+def write_json(path: Path, values: Any) -> None:
+    """Replaces `path` with `values` as JSON (see `write_text`), numpy numbers as numbers. JSON has
+    no NaN or infinity (Python's `json` writes bare `NaN` tokens, which other readers refuse): such
+    a value is written as null."""
+    write_text(path, json.dumps(_json_values(values), indent=2, allow_nan=False) + "\n")
+
+
+def _json_values(value: Any) -> Any:
+    """Returns `value` with numpy scalars as Python ones and NaN or infinite floats as None, in
+    nested dicts, lists and tuples too."""
+    if isinstance(value, dict):
+        return {key: _json_values(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_values(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def replace_file(path: Path, write: Callable[[BinaryIO], object], *, prefix: str | None = None,

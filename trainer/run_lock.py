@@ -4,6 +4,7 @@ Two trainers on one run directory would both train, checkpoint and export, and c
 config.json that does not describe the checkpoint. `hold(run_dir)` takes an exclusive
 `fcntl.flock` on `run_dir/.lock` for as long as a run lasts and writes the holder's pid, host and
 start time into the file; a second trainer is refused with `RunDirInUse` naming that holder.
+`holder(run_dir)` names it without taking the lock (an ensemble refuses a member still training).
 
 The kernel drops the lock when the holder's file is closed, also when the process is killed, so a
 dead trainer never blocks the next one. The file stays behind: deleting it on release would let a
@@ -49,6 +50,26 @@ def hold(run_dir: str | os.PathLike) -> Iterator[None]:
         yield
 
 
+def holder(run_dir: str | os.PathLike) -> str | None:
+    """Returns who holds `run_dir`'s lock (pid, host, start time), or None when no live process
+    does. Creates and writes nothing: it takes a shared lock on the file for an instant, so a
+    trainer starting at that very instant is refused as if the directory were in use."""
+    path = Path(run_dir) / FILENAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # none (never trained here), or a link no trainer would lock through
+        return None
+    with os.fdopen(fd) as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _describe_holder(run_dir, handle)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
 def _open_lock_file(path: Path):
     """Opens (creating) the lock file for reading and writing; refuses a link or a non-regular file."""
     try:  # O_NONBLOCK: a FIFO planted at the name must not block the open
@@ -69,13 +90,18 @@ def _holder() -> dict[str, object]:
             "started": time.strftime("%Y-%m-%d %H:%M:%S %z")}
 
 
-def _in_use_message(run_dir: Path, handle) -> str:
+def _describe_holder(run_dir: Path, handle) -> str:
+    """Returns the holder's details as the lock file `handle` names them."""
     handle.seek(0)
     try:
         holder = json.loads(handle.read())
-        who = f"pid {holder['pid']} on host {holder['host']}, started {holder['started']}"
+        return f"pid {holder['pid']} on host {holder['host']}, started {holder['started']}"
     except (ValueError, KeyError, TypeError):  # the holder has not written its details yet
-        who = f"details not yet written to {run_dir / FILENAME}"
+        return f"details not yet written to {Path(run_dir) / FILENAME}"
+
+
+def _in_use_message(run_dir: Path, handle) -> str:
+    who = _describe_holder(run_dir, handle)
     return (
         f"run directory {run_dir} is in use by another trainer ({who}); wait for it to finish, "
         "or choose another --run-dir"

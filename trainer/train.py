@@ -36,6 +36,7 @@ from tensorflow.core.framework import summary_pb2
 
 from trainer import backend, checkpoint, data, distribute, interrupts, run_files, run_lock
 from trainer.config import Config
+from trainer.run_files import write_json  # the run directory's JSON files (also cv's, the CLI's)
 
 Printer = Callable[[str], None]
 
@@ -765,17 +766,6 @@ def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
-
-
-def write_json(path: Path, values: Any) -> None:
-    """Replaces the run directory's file `path` with `values` as JSON (see run_files.write_text)."""
-    run_files.write_text(path, json.dumps(values, indent=2, default=_json_default) + "\n")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    raise TypeError(f"not JSON serializable: {value!r}")
 
 
 def _fmt(value: float | None) -> str:

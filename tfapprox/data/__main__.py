@@ -8,6 +8,9 @@
       INPUT.query or INPUT.group beside each input, or from --query-file (one per INPUT, in order).
   check PATTERN...
       Reads every record; names the file that is corrupt, truncated or disagrees on the feature count.
+  spec RECORDS... --label KEY [--vocabulary FEATURE=FILE]... [--out FILE] [--sample N]
+      Reads the first N lists of ELWC or SequenceExample records with named features and writes
+      their feature spec (JSON, docs/data.md "Feature specs") to FILE, or prints it.
   synthetic DIR [--queries Q] [--docs D | --lengths mslr] [--features F] [--levels 3|5] [--seed S]
       Writes generated DIR/{train,vali,test}.txt with learnable labels.
 """
@@ -16,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-from tfapprox.data import converter, dataset, letor, shards, synthetic
+from tfapprox.data import converter, dataset, letor, shards, spec_inference, synthetic
 
 
 def _convert(args) -> int:
@@ -74,6 +78,28 @@ def _check(args) -> int:
     files = dataset.describe(args.patterns).files
     totals = dataset.check_records(files, args.num_features)
     print(json.dumps({"files": len(files), **totals}))
+    return 0
+
+
+def _spec(args) -> int:
+    vocabularies = {}
+    for item in args.vocabularies:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--vocabulary takes FEATURE=FILE; got {item!r}")
+        vocabularies[name] = path
+    out = None if args.out is None else Path(args.out)
+    if out is not None and os.path.lexists(out):
+        raise FileExistsError(f"{out} exists; the spec goes to a new file")
+    spec = spec_inference.infer_spec(args.records, args.label, vocabularies, args.sample,
+                                     spec_dir=None if out is None else out.parent)
+    lines = spec_inference.summary(spec)
+    if out is None:
+        print(json.dumps(spec.to_dict(), indent=2))
+        print("\n".join(lines), file=sys.stderr)
+    else:
+        spec.save(out)
+        print(f"{out}: " + "\n".join(lines))
     return 0
 
 
@@ -140,6 +166,18 @@ def main(argv=None) -> int:
     p.add_argument("patterns", nargs="+", help="TFRecord files, globs or directories")
     p.add_argument("--num-features", type=int, default=None)
     p.set_defaults(run=_check)
+
+    p = commands.add_parser("spec", parents=[common],
+                            help="infer the feature spec of records with named features")
+    p.add_argument("records", nargs="+", help="TFRecord files, globs or directories (ELWC or "
+                   "SequenceExample lists)")
+    p.add_argument("--label", required=True, help="the document feature that holds the label")
+    p.add_argument("--vocabulary", dest="vocabularies", action="append", default=[],
+                   metavar="FEATURE=FILE", help="a string (or int64) feature's vocabulary file, "
+                   "one value a line; needed for each string feature")
+    p.add_argument("--out", default=None, help="the spec file to write (new); default: print it")
+    p.add_argument("--sample", type=int, default=1000, help="lists read (default 1000)")
+    p.set_defaults(run=_spec)
 
     p = commands.add_parser("synthetic", parents=[common], help="write generated train/vali/test LETOR files")
     p.add_argument("output", help="output directory")

@@ -18,9 +18,11 @@ from typing import Callable, Iterable, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from tfapprox.data import letor, records, shards
+from tfapprox.data import letor, named_records, records, shards
+from tfapprox.data.feature_spec import MASK_FEATURE_NAME
 
 _VERIFY_BYTES = 256 << 20
+_SAMPLE_LISTS = 256  # lists per file checked against a feature spec when not verifying
 _TEXT_START = re.compile(rb"^\s*[-+0-9.eE]+\s+(qid:|\d+:)")  # LETOR, or LightGBM (no qid:)
 
 
@@ -51,7 +53,7 @@ class DatasetInfo(NamedTuple):
 # --------------------------------------------------------------------------------------------------
 # Inputs
 # --------------------------------------------------------------------------------------------------
-def _resolve_files(file_pattern) -> list[Path]:
+def resolve_files(file_pattern) -> list[Path]:
     patterns = [file_pattern] if isinstance(file_pattern, (str, os.PathLike)) else list(file_pattern)
     files: list[Path] = []
     for pattern in patterns:
@@ -139,7 +141,7 @@ def describe(file_pattern, num_features: int | None = None) -> DatasetInfo:
     their ``spec.json``) raise ``shards.RecordError`` naming the file. For LETOR text the feature
     count is ``num_features`` or, if None, the largest index in the files.
     """
-    files = _resolve_files(file_pattern)
+    files = resolve_files(file_pattern)
     infos = [inspect_file(f) for f in files]
     for info in infos:
         if info.kind == "tfrecord":
@@ -204,32 +206,6 @@ def describe(file_pattern, num_features: int | None = None) -> DatasetInfo:
 # --------------------------------------------------------------------------------------------------
 # Parsing a batch of serialized lists
 # --------------------------------------------------------------------------------------------------
-def _subset(lengths: tf.Tensor, width: tf.Tensor, list_size: int, seed: tf.Tensor | None):
-    """Returns ``(indices [B, k], new_lengths [B])`` choosing at most ``list_size`` real slots per list.
-
-    With ``seed`` (shape [2]) the kept documents are a uniformly random subset of each longer list, in
-    their original order; without it the first ``list_size`` are kept.
-    """
-    k = tf.minimum(width, list_size)
-    new_lengths = tf.minimum(lengths, k)
-    if seed is None:
-        batch = tf.shape(lengths)[0]
-        return tf.tile(tf.range(k)[None, :], [batch, 1]), new_lengths
-    positions = tf.range(width)
-    valid = positions[None, :] < lengths[:, None]
-    keys = tf.random.stateless_uniform(tf.shape(valid), seed=seed)
-    keys = tf.where(valid, keys, -1.0)  # padding sorts after every real document
-    _, indices = tf.math.top_k(keys, k=k)
-    # Real slots form a prefix, so sorting keeps the chosen real documents first, in original order.
-    return tf.sort(indices, axis=1), new_lengths
-
-
-def _pad_to(tensor: tf.Tensor, list_size: int, value) -> tf.Tensor:
-    pad = list_size - tf.shape(tensor)[1]
-    paddings = tf.concat([[[0, 0], [0, pad]], tf.zeros([tf.rank(tensor) - 2, 2], tf.int32)], axis=0)
-    return tf.pad(tensor, paddings, constant_values=value)
-
-
 def list_parser(
     record_format: str,
     num_features: int,
@@ -249,13 +225,14 @@ def list_parser(
     def parse(serialized, batch_index=None):
         step_seed = None
         if seed is not None and list_size is not None:
-            step_seed = tf.stack([tf.convert_to_tensor(seed, tf.int64),
-                                  tf.cast(batch_index, tf.int64)])
+            step_seed = records.batch_seed(seed, batch_index)
         if record_format == "elwc":
             examples, lengths = records.decode_elwc(serialized)
             if list_size is not None:
-                indices, lengths = _subset(lengths, tf.shape(examples)[1], list_size, step_seed)
-                examples = _pad_to(tf.gather(examples, indices, batch_dims=1), list_size, "")
+                indices, lengths = records.choose_documents(lengths, tf.shape(examples)[1],
+                                                            list_size, step_seed)
+                examples = records.pad_lists(tf.gather(examples, indices, batch_dims=1), list_size,
+                                             "")
             features, mask, labels = records.parse_example_lists(
                 examples, lengths, num_features, layout=layout, label_dtype=label_dtype
             )
@@ -265,10 +242,12 @@ def list_parser(
             )
             if list_size is not None:
                 lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-                indices, lengths = _subset(lengths, tf.shape(mask)[1], list_size, step_seed)
-                features = _pad_to(tf.gather(features, indices, batch_dims=1), list_size, 0.0)
+                indices, lengths = records.choose_documents(lengths, tf.shape(mask)[1], list_size,
+                                                            step_seed)
+                features = records.pad_lists(tf.gather(features, indices, batch_dims=1), list_size,
+                                             0.0)
                 mask = tf.sequence_mask(lengths, maxlen=list_size)
-                labels = _pad_to(tf.gather(labels, indices, batch_dims=1), list_size, -1.0)
+                labels = records.pad_lists(tf.gather(labels, indices, batch_dims=1), list_size, -1.0)
                 labels = tf.where(mask, labels, -1.0)
         if list_size is not None:
             features = tf.ensure_shape(features, [None, list_size, num_features])
@@ -277,6 +256,46 @@ def list_parser(
         return features, mask, labels
 
     return parse
+
+
+def _vector_reader(info: DatasetInfo, list_size: int | None, seed) -> Callable:
+    """Returns ``read(serialized, batch_index, size=None) -> ({"features", "mask"}, labels)``,
+    padded to ``size`` lists when given (a length bucket)."""
+    parse = list_parser(info.record_format, info.num_features, info.layout, info.label_dtype,
+                        list_size=list_size, seed=seed)
+
+    def read(serialized, batch_index, size=None):
+        features, mask, labels = parse(serialized, batch_index)
+        if size is not None:
+            features = records.pad_lists(features, size, 0.0)
+            mask = records.pad_lists(mask, size, False)
+            labels = records.pad_lists(labels, size, records.PAD_LABEL)
+        return {"features": features, "mask": mask}, labels
+
+    return read
+
+
+def _describe_named(file_pattern, spec: named_records.NamedSpec, num_shards: int,
+                    shard_index: int, verify: bool | None) -> DatasetInfo:
+    """The files behind ``file_pattern`` checked against ``spec`` (this worker's shard of them:
+    all their lists when ``verify``, else each file's first ones); prints how many documents lack
+    a label."""
+    files = resolve_files(file_pattern)
+    text = next((f for f in files if _is_letor_text(f)), None)
+    if text is not None:
+        raise ValueError(f"{text}: LETOR text holds numbered features, not named ones; read it "
+                         "without a feature spec")
+    record_format = named_records.record_format_of(files, spec)
+    mine = files[shard_index::num_shards] or files
+    if verify is None:
+        verify = sum(f.stat().st_size for f in mine) <= _VERIFY_BYTES
+    result = named_records.scan(mine, spec, record_format, None if verify else _SAMPLE_LISTS)
+    warning = named_records.label_warning(result, spec, mine)
+    if warning:
+        print(warning)
+    return DatasetInfo(files, "tfrecord", record_format, "named", None, tf.float32,
+                       result.lists if verify and len(mine) == len(files) else None,
+                       result.documents if verify and len(mine) == len(files) else None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -349,8 +368,11 @@ def list_lengths(file_pattern, num_features: int | None = None) -> np.ndarray:
     if info.kind == "letor":
         return np.array([len(q.labels) for q in letor.read_queries(info.files, info.num_features)],
                         np.int64)
-    counted = tf.data.TFRecordDataset([str(f) for f in info.files]).batch(_LENGTH_BATCH).map(
-        _lengths_reader(info.record_format))
+    return _read_lengths(info.files, _lengths_reader(info.record_format))
+
+
+def _read_lengths(files: list[Path], lengths: Callable) -> np.ndarray:
+    counted = tf.data.TFRecordDataset([str(f) for f in files]).batch(_LENGTH_BATCH).map(lengths)
     return np.concatenate([np.zeros([0], np.int64), *counted.as_numpy_iterator()])
 
 
@@ -451,8 +473,15 @@ def ranking_dataset(
     verify: bool | None = None,
     list_buckets: int | list[int] | None = None,
     bucket_batch_size: int | None = None,
+    feature_spec=None,
+    context_feature_spec: dict | None = None,
+    example_feature_spec: dict | None = None,
+    label_spec: tuple | None = None,
+    mask_feature_name: str = MASK_FEATURE_NAME,
+    data_format: str | None = None,
 ) -> tf.data.Dataset:
-    """Returns a ``tf.data.Dataset`` of ``({"features" [B,L,F], "mask" [B,L]}, labels [B,L])``.
+    """Returns a ``tf.data.Dataset`` of ``({"features" [B,L,F], "mask" [B,L]}, labels [B,L])``, or
+    with a feature spec, of ``(features by name, labels [B,L])``.
 
     Args:
       file_pattern: TFRecord files written by ``python -m tfapprox.data convert`` (or any ELWC /
@@ -494,10 +523,22 @@ def ranking_dataset(
       bucket_batch_size: lists grouped together (default ``batch_size``); a multiple of
         ``batch_size``. Under a distribution strategy, the global batch size: the replicas' batches
         of one step then together hold the lists that one replica's batch would.
+      feature_spec: a :class:`~tfapprox.data.feature_spec.FeatureSpec` or its file: read records
+        with named features (docs/data.md, "Feature specs") instead of the vector layouts.
+      context_feature_spec, example_feature_spec, label_spec: TF-Ranking's specs, as its
+        ``build_ranking_dataset`` and ``SimpleDatasetBuilder`` take them (``{name:
+        tf.io.FixedLenFeature | VarLenFeature | RaggedFeature}`` and ``(name, FixedLenFeature([1],
+        ...))``), instead of ``feature_spec``. The dataset then yields ``(features, labels)``:
+        context features ``[B, ...]``, document features ``[B, L, ...]`` (dense, sparse or ragged
+        per their spec), ``features[mask_feature_name]`` bool ``[B, L]``, labels float32 ``[B, L]``
+        with -1 on padded slots (:mod:`tfapprox.data.named_records`). The files are checked against
+        the spec first (each file's first lists, or all of them when ``verify``).
+      data_format: ``"elwc"`` or ``"sequence_example"`` for those records; detected when None.
 
     Raises:
       FileNotFoundError: nothing matches ``file_pattern``.
-      shards.RecordError: a corrupt first record, or shards that disagree on the feature count.
+      shards.RecordError: a corrupt first record, or shards that disagree on the feature count; with
+        a spec, records that disagree with it (naming the file and the feature).
       letor.LetorFormatError: malformed LETOR text.
     """
     arguments = dict(locals())  # the arguments above, all of which but seed the builder takes
@@ -509,7 +550,9 @@ def ranking_dataset_by_seed(
     file_pattern, batch_size: int, list_size: int | None = None, shuffle: bool = True, *,
     num_features=None, repeat=False, drop_remainder=False, shuffle_buffer_size=1024,
     random_subset=None, num_shards=1, shard_index=0, deterministic=None, cycle_length=4,
-    verify=None, list_buckets=None, bucket_batch_size=None,
+    verify=None, list_buckets=None, bucket_batch_size=None, feature_spec=None,
+    context_feature_spec=None, example_feature_spec=None, label_spec=None,
+    mask_feature_name=MASK_FEATURE_NAME, data_format=None,
 ) -> Callable[[int | None], tf.data.Dataset]:
     """Returns ``dataset(seed)``, :func:`ranking_dataset` of these arguments (the same, but
     ``seed``) and ``seed``, for datasets that differ only by their seed (a trainer's epochs).
@@ -529,9 +572,16 @@ def ranking_dataset_by_seed(
     if bucket_batch_size < 1 or bucket_batch_size % batch_size:
         raise ValueError(f"bucket_batch_size must be a positive multiple of batch_size={batch_size}; "
                          f"got {bucket_batch_size!r}")
-    info = describe(file_pattern, num_features)
+    named = named_records.resolve_spec(feature_spec, context_feature_spec, example_feature_spec,
+                                       label_spec, mask_feature_name, data_format)
+    if named is None:
+        info = describe(file_pattern, num_features)
+        lengths_of = _lengths_reader(info.record_format)
+    else:
+        info = _describe_named(file_pattern, named, num_shards, shard_index, verify)
+        lengths_of = named_records.lengths_reader(named, info.record_format)
     if isinstance(list_buckets, (int, np.integer)):
-        list_buckets = bucket_sizes(list_lengths(info.files, info.num_features), list_buckets)
+        list_buckets = bucket_sizes(_read_lengths(info.files, lengths_of), list_buckets)
     elif list_buckets is not None and (not list_buckets or list_buckets[0] < 1
                                        or list(list_buckets) != sorted(set(list_buckets))):
         raise ValueError(f"list_buckets must be increasing positive sizes; got {list_buckets!r}")
@@ -552,7 +602,7 @@ def ranking_dataset_by_seed(
         if verify is None:
             verify = sum(f.stat().st_size for f in files) <= _VERIFY_BYTES
         for path in files:
-            if verify:
+            if verify and named is None:
                 shards.verify_file(path)
             else:
                 shards.check_size(path)
@@ -568,20 +618,19 @@ def ranking_dataset_by_seed(
         if repeat:
             data = data.repeat()
         if list_buckets:
-            data = _grouped_by_bucket(data, _lengths_reader(info.record_format),
-                                      list(list_buckets), bucket_batch_size)
+            data = _grouped_by_bucket(data, lengths_of, list(list_buckets), bucket_batch_size)
         data = data.batch(batch_size, drop_remainder=drop_remainder)
-        parse = list_parser(info.record_format, info.num_features, info.layout, info.label_dtype,
-                            list_size=list_size, seed=subset_seed)
+        if named is None:
+            read = _vector_reader(info, list_size, subset_seed)
+        else:
+            read = named_records.batch_reader(named, info.record_format, list_size, subset_seed)
 
         def to_model_inputs(batch_index, batch):
             lengths, serialized = batch if list_buckets else (None, batch)
-            features, mask, labels = parse(serialized, batch_index)
+            size = None
             if list_buckets:
                 size = tf.cast(_bucket_padding(lengths, list(list_buckets), batch_size), tf.int32)
-                features, mask = _pad_to(features, size, 0.0), _pad_to(mask, size, False)
-                labels = _pad_to(labels, size, records.PAD_LABEL)
-            return {"features": features, "mask": mask}, labels
+            return read(serialized, batch_index, size)
 
         data = data.enumerate().map(
             to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered

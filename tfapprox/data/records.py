@@ -235,6 +235,29 @@ def encode_sequence_example(features, labels, qid=None) -> bytes:
     return _field(1, _qid_features(qid)) + _field(2, feature_lists)
 
 
+def example_bytes(features: dict[str, bytes]) -> bytes:
+    """Returns a serialized ``tf.train.Example`` of ``{name: serialized tf.train.Feature}``."""
+    return _field(1, _features_bytes(features))
+
+
+def _features_bytes(features: dict[str, bytes]) -> bytes:
+    return b"".join(_map_entry_bytes(name, value) for name, value in features.items())
+
+
+def sequence_example_bytes(context: dict[str, bytes], feature_lists: dict[str, list[bytes]]
+                           ) -> bytes:
+    """Returns a serialized ``tf.train.SequenceExample``: ``context`` ``{name: serialized
+    Feature}``, ``feature_lists`` ``{name: [serialized Feature per document]}``."""
+    lists = b"".join(_map_entry_bytes(name, b"".join(_field(1, f) for f in features))
+                     for name, features in feature_lists.items())
+    return _field(1, _features_bytes(context)) + _field(2, lists)
+
+
+def join_elwc(examples: list[bytes], context: bytes = b"") -> bytes:
+    """Returns the ExampleListWithContext of serialized document Examples and a context Example."""
+    return b"".join(_field(1, e) for e in examples) + _field(2, context)
+
+
 def encode_list(features, labels, qid=None, record_format: str = "elwc") -> bytes:
     """Returns a list serialized in ``record_format`` (``"elwc"`` or ``"sequence_example"``)."""
     if record_format == "elwc":
@@ -254,21 +277,35 @@ def _check_parse_args(num_features: int, layout: str) -> None:
         raise ValueError(f"layout must be one of {EXAMPLE_LAYOUTS}; got {layout!r}")
 
 
-def decode_elwc(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Returns ``(examples [B, L] string, lengths [B] int32)`` from serialized ELWC ``[B]``.
-
-    ``examples[b, :lengths[b]]`` are list ``b``'s serialized document Examples; the rest is ``""``.
-    ``L`` is the longest list of the batch. Graph-only.
-    """
+def _decode_elwc_fields(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     serialized = tf.convert_to_tensor(serialized, dtype=tf.string)
-    sizes, (examples, _) = tf.io.decode_proto(
+    sizes, (examples, contexts) = tf.io.decode_proto(
         serialized,
         message_type=ELWC_MESSAGE_TYPE,
         field_names=["examples", "context"],
         output_types=[tf.string, tf.string],
         descriptor_source=b"bytes://" + ELWC_DESCRIPTOR_SET,
     )
-    return examples, sizes[:, 0]
+    return examples, sizes[:, 0], contexts
+
+
+def decode_elwc(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Returns ``(examples [B, L] string, lengths [B] int32)`` from serialized ELWC ``[B]``.
+
+    ``examples[b, :lengths[b]]`` are list ``b``'s serialized document Examples; the rest is ``""``.
+    ``L`` is the longest list of the batch. Graph-only.
+    """
+    examples, lengths, _ = _decode_elwc_fields(serialized)
+    return examples, lengths
+
+
+def decode_elwc_with_context(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Returns ``(examples [B, L], lengths [B], contexts [B])``: :func:`decode_elwc` and each list's
+    serialized context Example (``""`` when it has none). Graph-only."""
+    examples, lengths, contexts = _decode_elwc_fields(serialized)
+    # An optional field comes back [B, 0] when no list of the batch has it, else [B, 1].
+    contexts = tf.pad(contexts, [[0, 0], [0, 1 - tf.shape(contexts)[1]]])[:, 0]
+    return examples, lengths, contexts
 
 
 def _parse_documents(serialized, num_features, layout, label_dtype, with_labels, missing_features):
@@ -338,7 +375,7 @@ def parse_example_lists(
     features = tf.reshape(features, [shape[0], shape[1], num_features])
     labels = tf.reshape(labels, shape)
     mask = tf.sequence_mask(lengths, maxlen=shape[1])
-    checks = [_assert_finite_labels(labels, mask)]
+    checks = [assert_finite_labels(labels, mask)]
     if layout == "vector":
         missing = tf.reduce_any(tf.math.is_nan(features[:, :, 0]) & mask)
         message = f"a document Example has no {FEATURES_KEY!r} feature (or its first value is NaN)"
@@ -348,10 +385,10 @@ def parse_example_lists(
     return features, mask, tf.where(mask, labels, PAD_LABEL)
 
 
-def _assert_finite_labels(labels: tf.Tensor, mask: tf.Tensor) -> tf.Operation:
+def assert_finite_labels(labels: tf.Tensor, mask: tf.Tensor, key: str = LABEL_KEY) -> tf.Operation:
     """An assertion that no real document's label is NaN or infinite (a NaN is not padding)."""
     bad = tf.reduce_any(tf.logical_not(tf.math.is_finite(labels)) & mask)
-    message = f"a document's label is NaN or infinite (the {LABEL_KEY!r} feature)"
+    message = f"a document's label is NaN or infinite (the {key!r} feature)"
     return tf.debugging.Assert(tf.logical_not(bad), [message])
 
 
@@ -387,7 +424,7 @@ def parse_sequence_examples(serialized: tf.Tensor, num_features: int):
     )
     features = sequences[FEATURES_KEY]
     mask = tf.sequence_mask(lengths[FEATURES_KEY], maxlen=tf.shape(features)[1])
-    with tf.control_dependencies([_assert_finite_labels(sequences[LABEL_KEY], mask)]):
+    with tf.control_dependencies([assert_finite_labels(sequences[LABEL_KEY], mask)]):
         labels = tf.where(mask, sequences[LABEL_KEY], PAD_LABEL)
     return features, mask, labels
 
@@ -399,6 +436,40 @@ def parse_lists(serialized: tf.Tensor, num_features: int, *, record_format: str 
     if record_format == "sequence_example":
         return parse_sequence_examples(serialized, num_features)
     raise ValueError(f"record_format must be one of {RECORD_FORMATS}; got {record_format!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Truncating and padding batches of lists
+# --------------------------------------------------------------------------------------------------
+def choose_documents(lengths: tf.Tensor, width: tf.Tensor, list_size: int, seed: tf.Tensor | None):
+    """Returns ``(indices [B, k], new_lengths [B])`` choosing at most ``list_size`` real slots per list.
+
+    With ``seed`` (shape [2]) the kept documents are a uniformly random subset of each longer list, in
+    their original order; without it the first ``list_size`` are kept.
+    """
+    k = tf.minimum(width, list_size)
+    new_lengths = tf.minimum(lengths, k)
+    if seed is None:
+        batch = tf.shape(lengths)[0]
+        return tf.tile(tf.range(k)[None, :], [batch, 1]), new_lengths
+    positions = tf.range(width)
+    valid = positions[None, :] < lengths[:, None]
+    keys = tf.random.stateless_uniform(tf.shape(valid), seed=seed)
+    keys = tf.where(valid, keys, -1.0)  # padding sorts after every real document
+    _, indices = tf.math.top_k(keys, k=k)
+    # Real slots form a prefix, so sorting keeps the chosen real documents first, in original order.
+    return tf.sort(indices, axis=1), new_lengths
+
+
+def batch_seed(seed, batch_index) -> tf.Tensor:
+    """The stateless seed ``[seed, batch_index]`` of one batch's random truncation."""
+    return tf.stack([tf.convert_to_tensor(seed, tf.int64), tf.cast(batch_index, tf.int64)])
+
+
+def pad_lists(tensor: tf.Tensor, list_size: int, value) -> tf.Tensor:
+    pad = list_size - tf.shape(tensor)[1]
+    paddings = tf.concat([[[0, 0], [0, pad]], tf.zeros([tf.rank(tensor) - 2, 2], tf.int32)], axis=0)
+    return tf.pad(tensor, paddings, constant_values=value)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from tfapprox.data.letor import Query
+from tfapprox.data.named_records import write_named_records
 from tfapprox.files import create_file, fresh_name
 
 LENGTHS = ("uniform", "mslr")
@@ -232,3 +233,92 @@ def write_splits(
     sizes = {"train": n_train, "vali": n_vali, "test": num_queries - n_train - n_vali}
     return {split: Path(_write(directory / f"{split}.txt", islice(queries, size))["path"])
             for split, size in sizes.items()}
+
+
+# --------------------------------------------------------------------------------------------------
+# Named-feature records shaped like TF-Ranking's example data
+# --------------------------------------------------------------------------------------------------
+NUMERIC_FEATURES = 136  # custom_features_1 .. custom_features_136, as in TF-Ranking's numerical ELWC
+
+
+def named_numeric_lists(num_lists: int = 100, docs_per_list: int = 20, *, presence: float = 0.7,
+                        seed: int = 0) -> Iterator[tuple[dict, list[dict]]]:
+    """Yields ``(context, documents)`` lists like TF-Ranking's ``train_numerical_elwc.tfrecord``:
+    each document holds a random ``presence`` share of the float features ``custom_features_1`` ..
+    ``custom_features_136`` (one value each) and its label under ``utility`` (a float grade 0..4).
+    The grade is :func:`generate`'s hidden function of the features a document holds (absent: 0).
+    The context is empty; list lengths are uniform in ``docs_per_list // 2 .. docs_per_list * 3 //
+    2``."""
+    hidden = _HiddenRelevance(NUMERIC_FEATURES, 5, 0.5, seed)
+    rng = np.random.default_rng([seed, 3])
+    names = [f"custom_features_{j}" for j in range(1, NUMERIC_FEATURES + 1)]
+    for _ in range(num_lists):
+        n = int(rng.integers(max(1, docs_per_list // 2), max(1, docs_per_list * 3 // 2) + 1))
+        held = rng.random((n, NUMERIC_FEATURES)) < presence
+        x = np.where(held, hidden.features(rng, n), 0.0).astype(np.float32)
+        grades = hidden.labels(rng, x, rng.normal(0.0, 0.5))
+        documents = [{**{names[j]: x[i, j] for j in np.flatnonzero(held[i])},
+                      "utility": np.float32(grades[i])} for i in range(n)]
+        yield {}, documents
+
+
+def named_token_lists(num_lists: int = 100, docs_per_list: int = 10, *,
+                      vocabulary_size: int = 500, seed: int = 0
+                      ) -> tuple[list[str], Iterator[tuple[dict, list[dict]]]]:
+    """Returns ``(vocabulary, lists)``, lists like TF-Ranking's ``train_elwc.tfrecord``: a context
+    feature ``query_tokens`` (2-5 strings), per document ``document_tokens`` (3-30 strings, about
+    one in twenty outside the vocabulary) and the int64 label ``relevance`` 0..4: how many of the
+    query's tokens the document holds, give or take one."""
+    rng = np.random.default_rng([seed, 4])
+    vocabulary = [f"tok{i}" for i in range(vocabulary_size)]
+
+    def tokens(size):
+        words = rng.choice(vocabulary, size).astype(object)
+        unknown = rng.random(size) < 0.05
+        words[unknown] = [f"unseen{k}" for k in rng.integers(0, 10**6, int(unknown.sum()))]
+        return list(words)
+
+    def lists():
+        for _ in range(num_lists):
+            query = tokens(int(rng.integers(2, 6)))
+            n = int(rng.integers(max(1, docs_per_list // 2), max(1, docs_per_list * 3 // 2) + 1))
+            documents = []
+            for _ in range(n):
+                document = tokens(int(rng.integers(3, 31)))
+                shared = rng.choice(query, int(rng.integers(0, len(query) + 1)), replace=False)
+                document[:len(shared)] = list(shared)
+                grade = len(set(query) & set(document)) + int(rng.integers(-1, 2))
+                documents.append({"document_tokens": document,
+                                  "relevance": np.int64(min(max(grade, 0), 4))})
+            yield {"query_tokens": query}, documents
+
+    return vocabulary, lists()
+
+
+def write_named(directory: str | os.PathLike, kind: str = "numeric", num_lists: int = 100,
+                docs_per_list: int | None = None, *, record_format: str = "elwc",
+                seed: int = 0) -> dict[str, Path]:
+    """Writes ``directory/{train,vali,test}.tfrecord`` of :func:`named_numeric_lists` (``kind=
+    "numeric"``) or :func:`named_token_lists` (``"tokens"``, plus ``directory/vocab.txt``), 60/20/20
+    of ``num_lists`` lists, and returns their paths by split (and ``"vocabulary"``)."""
+    if num_lists < 3:
+        raise ValueError(f"num_lists must be at least 3 to fill three splits; got {num_lists}")
+    directory = Path(directory)
+    if kind == "numeric":
+        lists = named_numeric_lists(num_lists, docs_per_list or 20, seed=seed)
+        paths = {}
+    elif kind == "tokens":
+        vocabulary, lists = named_token_lists(num_lists, docs_per_list or 10, seed=seed)
+        paths = {"vocabulary": directory / "vocab.txt"}
+        directory.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(create_file(paths["vocabulary"]), "w") as handle:
+            handle.write("".join(word + "\n" for word in vocabulary))
+    else:
+        raise ValueError(f"kind must be 'numeric' or 'tokens'; got {kind!r}")
+    n_train = max(1, round(num_lists * 0.6))
+    n_vali = max(1, round(num_lists * 0.2))
+    sizes = {"train": n_train, "vali": n_vali, "test": num_lists - n_train - n_vali}
+    for split, size in sizes.items():
+        paths[split] = directory / f"{split}.tfrecord"
+        write_named_records(paths[split], islice(lists, size), record_format)
+    return paths

@@ -216,6 +216,14 @@ class FeatureLookup(keras.layers.Layer):
                     vocabulary=self.vocabularies[feature.vocabulary], num_oov_indices=1,
                     mask_token=None, output_mode="int", name=f"lookup_{len(self.lookups)}"))
 
+    def __call__(self, inputs, **kwargs):
+        import tensorflow as tf
+
+        tensors = (tf.Tensor, tf.RaggedTensor, tf.SparseTensor)
+        inputs = {name: value if isinstance(value, tensors) else tf.convert_to_tensor(value)
+                  for name, value in inputs.items()}
+        return super().__call__(inputs, **kwargs)
+
     def build(self, input_shape=None):
         for lookup in self.lookups:
             lookup.build(None)
@@ -237,6 +245,8 @@ class FeatureLookup(keras.layers.Layer):
 
             def ids(values):
                 # the lookup's 0 (out of vocabulary) becomes OOV_ID; the vocabulary starts at 2
+                if feature.dtype == "int64":
+                    values = tf.cast(values, tf.int64)
                 return tf.cast(lookup(values), tf.int32) + OOV_ID
 
             if isinstance(value, tf.RaggedTensor):
@@ -333,7 +343,8 @@ class FeatureInputs(keras.layers.Layer):
             if not quantile.built:  # adapt may have built it
                 quantile.build((None, sum(f.length for f in self.groups[level]["quantile"])))
         for embedding in self.embeddings:
-            embedding.build((None,))
+            if not embedding.built:
+                embedding.build((None,))
 
     def _mask(self, inputs):
         if self.spec.mask_feature_name in inputs:
@@ -437,11 +448,14 @@ class NamedFeatureScorer(keras.Model):
         return self.feature_inputs.spec
 
     def build(self, input_shape=None):
-        if self.lookup is not None:
+        # each part is built already when the model was loaded: it was saved with its build config
+        if self.lookup is not None and not self.lookup.built:
             self.lookup.build()
-        self.feature_inputs.build()
-        self.scorer.build({"features": (None, None, self.feature_inputs.output_width),
-                           "mask": (None, None)})
+        if not self.feature_inputs.built:
+            self.feature_inputs.build()
+        if not self.scorer.built:
+            self.scorer.build({"features": (None, None, self.feature_inputs.output_width),
+                               "mask": (None, None)})
 
     def build_from_config(self, config):
         self.build()

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC, read_cached
+from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC
 from benchmarks.experiment_studies import (LIST_STANDARDIZE, LOSS_STUDY_REFERENCE,
                                            MIXED_ENSEMBLE_RECIPES, SEED_CHALLENGERS, SEED_LOSSES,
                                            YILMAZ_MEASURES, runs_of)
+from benchmarks.results_cache import read_cached
 
 # The studies whose rows the table of DASALC against the GBDTs shows, in its order (after the
 # GBDTs; DASALC tuned on validation has a table of its own below it).
@@ -45,7 +46,7 @@ class Selected:
         for fold in folds:
             for seed in seeds:
                 points = runs_of(setting, dataset, [fold], [seed], epochs, data_keys)
-                found = [read_cached(run.cache_path(cache), say) for run in points]
+                found = [read_cached(cache, run, say) for run in points]
                 if None not in found:  # every grid point, or the choice is not made
                     self.by_fold_seed[fold, seed] = max(
                         found, key=lambda r: r["validation"][SELECT_METRIC])
@@ -96,7 +97,7 @@ class Selected:
 def _seconds(runs, results, cache, say):
     """Returns the wall seconds of `runs` (their cached `results`), with those of each ensemble's
     members, which were trained as single runs; None where a member's result is missing."""
-    members = [read_cached(m.cache_path(cache), say)
+    members = [read_cached(cache, m, say)
                for run in runs if run.ensemble for m in run.member_runs()]
     if None in members:
         return None

@@ -18,7 +18,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -160,25 +160,6 @@ def ensemble_label(members: int | list[str]) -> str:
         each = len(members) // len(names)
         return f"ensemble of {f'{each} seeds each of ' if each > 1 else ''}" + " + ".join(names)
     return f" ensemble of {members} seeds" if members > 1 else ""
-
-
-def read_cached(path: Path, say: Callable[[str], None]) -> dict[str, Any] | None:
-    """Returns the result cached at `path`; None when there is none, or when the file holds no
-    complete result (empty, cut short, not a result): then `say` gets one line naming it."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None
-    try:
-        result = json.loads(text)
-    except json.JSONDecodeError as err:
-        problem = "empty" if not text.strip() else str(err)
-    else:
-        if isinstance(result, dict) and {"validation", "qids", "test"} <= result.keys():
-            return result
-        problem = "no validation, qids and test"
-    say(f"unreadable cached run, counted as not run: {path} ({problem})")
-    return None
 
 
 def read_split(paths: list[str], num_features: int

@@ -79,9 +79,11 @@ Studies (`--study`, any subset; the report has the sections of those given):
   losses       every loss of tfapprox.losses (TF-Ranking's under TF-Ranking's keys) with its
                defaults on B64, against ApproxNDCG α = 10 and the GBDT reference
 
-Every finished run is cached as JSON under --cache (default benchmarks/results/, committed, for the
+Every finished run is cached as a JSON file under --cache (default benchmarks/results/ for the
 shared sets; runs/reports/NAME/cache/ for yours): a rerun skips it, so a killed run resumes where it
-stopped; a cache file that holds no complete result counts as not run. A run whose training
+stopped; a cache file that holds no complete result counts as not run. `pack` moves a cache's files
+into one xz-compressed JSON-lines file per set (CACHE/NAME.jsonl.xz; the shared sets' cache is
+committed so), read like the files; `unpack` turns them back into files. A run whose training
 diverges (a non-finite validation measure) is named on its line and left uncached, the others go
 on, and `run` exits with status 1. Runs on your sets are keyed by
 the fingerprint of their fold's files (names, sizes, modification times) too: another DIR under the
@@ -91,6 +93,7 @@ alone, saying which runs are missing.
 
   python -m benchmarks.experiments run --study chen lightgbm --dataset OHSUMED
   python -m benchmarks.experiments report
+  python -m benchmarks.experiments pack            # before committing new runs of the shared sets
   python -m benchmarks.experiments run --data-dir ~/letor/mine --name mine --study qin lightgbm
   python -m benchmarks.experiments report --data-dir ~/letor/mine --name mine --study qin lightgbm
   python -m benchmarks.experiments run --smoke     # CI: Fold1, seed 0, 1 epoch, temp dirs, report
@@ -103,15 +106,14 @@ Needs the `experiments` extra (LightGBM, XGBoost, CatBoost, matplotlib, scipy).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.experiment_runs import GBDTS, DataSet, data_key, execute, read_cached
+from benchmarks.experiment_runs import GBDTS, DataSet, data_key, execute
 from benchmarks.experiment_studies import NEURAL_EPOCHS, runs_of, studies
+from benchmarks.results_cache import pack, read_cached, unpack, write_cached
 from trainer.run_lock import RunDirInUse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,13 +139,13 @@ def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Pa
                                  for run in runs_of(setting, name, folds, seeds, epochs,
                                                     data_keys.get(name))
                                  for member in (*run.member_runs(), run)))
-    missing = [run for run in planned if read_cached(run.cache_path(cache), print) is None]
+    missing = [run for run in planned if read_cached(cache, run, print) is None]
     print(f"{len(planned)} runs planned, {len(planned) - len(missing)} cached, "
           f"{len(missing)} to run", flush=True)
     diverged = 0
     for i, run in enumerate(missing, 1):
         where = f"[{i}/{len(missing)}] {run.dataset} Fold{run.fold} seed{run.seed} {run.label()}"
-        if read_cached(run.cache_path(cache), lambda _: None) is not None:
+        if read_cached(cache, run, lambda _: None) is not None:
             print(f"{where}: cached meanwhile by another process", flush=True)
             continue
         try:
@@ -155,11 +157,7 @@ def run_all(settings, fold_files, folds, seeds, epochs, cache: Path, scratch: Pa
         except RunDirInUse:
             print(f"{where}: being run by another process, skipped", flush=True)
             continue
-        path = run.cache_path(cache)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".tmp")
-        partial.write_text(json.dumps(result, separators=(",", ":")) + "\n")
-        os.replace(partial, path)  # a killed run leaves no half-written result
+        write_cached(cache, run, result)
         print(f"{where}: {result['wall_seconds']} s", flush=True)
     if diverged:
         print(f"{diverged} of {len(missing)} runs diverged (listed above); the report shows them "
@@ -183,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.experiments", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("run", "report"))
+    parser.add_argument("command", choices=("run", "report", "pack", "unpack"))
     parser.add_argument("--study", nargs="+", choices=sorted(studies()), default=sorted(studies()))
     parser.add_argument("--dataset", nargs="+", choices=DATASETS,
                         help="shared sets (default: all three, unless --data-dir)")
@@ -237,11 +235,11 @@ def _data_sets(parser, args) -> list[DataSet]:
 
 
 def _fold_files(parser, args, data_sets) -> dict[str, dict[int, dict[str, list[str]]]]:
-    """Returns {set name: {fold: {split: files}}}; `report` on the shared sets reads no data (its
-    folds are the five), so it needs only the cache."""
+    """Returns {set name: {fold: {split: files}}}; only `run` reads the shared sets' data (their
+    folds are the five): the other commands need only the cache."""
     found = {}
     for data_set in data_sets:
-        if data_set.shared and args.command == "report":
+        if data_set.shared and args.command != "run":
             found[data_set.name] = dict.fromkeys(SHARED_FOLDS)
             continue
         try:
@@ -283,6 +281,10 @@ def main(argv=None) -> int:
 
 
 def _execute(args, data_sets, fold_files, data_keys) -> int:
+    if args.command in ("pack", "unpack"):
+        done = (pack if args.command == "pack" else unpack)(args.cache, print)
+        print(f"{args.command}ed {done} runs in {args.cache}")
+        return 0
     chosen = studies(smoke=args.smoke)
     if args.command == "run":
         settings = list(dict.fromkeys(s for name in args.study for s in chosen[name]

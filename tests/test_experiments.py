@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from benchmarks import experiment_runs, experiments
-from benchmarks.experiment_runs import DataSet, data_key, ensemble_scores, read_cached
+from benchmarks.experiment_runs import DataSet, data_key, ensemble_scores
 from benchmarks.experiment_studies import Setting, ensemble_of, runs_of, studies
+from benchmarks.results_cache import read_cached
 from conftest import REPO, SHARED_DATA
 from tfapprox.data import write_letor, write_splits
 
@@ -357,7 +358,9 @@ def test_single_runs_keep_their_cache_paths_and_an_ensemble_is_made_of_them():
     members = runs_of(studies()["dasalc_ensemble"][0], "MQ2008", [1], [0], 40)[0].member_runs()
     assert [m.cache_path(cache) for m in members] == [
         run.cache_path(cache) for run in runs_of(setting, "MQ2008", [1], [0, 1, 2], 40)]
-    assert members[0].cache_path(cache) == single and single.exists()
+    assert members[0].cache_path(cache) == single
+    cached = read_cached(cache, members[0], print)["run"]  # the committed result
+    assert (cached["model"], cached["loss"], cached["seed"]) == ("dasalc", setting.loss, 0)
 
 
 def test_an_ensemble_restores_its_cached_members_and_trains_only_a_missing_one(tmp_path,
@@ -373,8 +376,8 @@ def test_an_ensemble_restores_its_cached_members_and_trains_only_a_missing_one(t
 
     assert run_all() == 0  # trains and caches both members as single runs, then the ensemble
     ensemble = runs_of(setting, "mine", [1], [0], 1)[0]
-    first = read_cached(ensemble.cache_path(cache), print)
-    members = [read_cached(m.cache_path(cache), print) for m in ensemble.member_runs()]
+    first = read_cached(cache, ensemble, print)
+    members = [read_cached(cache, m, print) for m in ensemble.member_runs()]
     assert [m["run"]["seed"] for m in members] == [0, 1]
     code = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO,
                           capture_output=True, text=True).stdout.strip()
@@ -392,7 +395,7 @@ def test_an_ensemble_restores_its_cached_members_and_trains_only_a_missing_one(t
     monkeypatch.setattr(train, "train", counted_train)
     ensemble.cache_path(cache).unlink()
     assert run_all() == 0 and trained == []  # its members restored, none trained
-    assert read_cached(ensemble.cache_path(cache), print)["test"] == first["test"]
+    assert read_cached(cache, ensemble, print)["test"] == first["test"]
     ensemble.cache_path(cache).unlink()
     shutil.rmtree(work / ensemble.member_runs()[1].cache_path(Path()).with_suffix(""))
     assert run_all() == 0 and trained == [1]  # cached, but its checkpoint gone: trained again
@@ -438,8 +441,8 @@ def test_an_ensemble_of_different_settings_combines_their_runs_of_its_own_seed(t
     monkeypatch.setattr(train, "train", counted_train)
     assert experiments.run_all([mixed], {"mine": files}, [1], [0], 1, cache, work, {}) == 0
     assert sorted(trained) == [("listmle", 0), ("ranknet", 0)]  # each member once, as itself
-    members = [read_cached(m.cache_path(cache), print)
+    members = [read_cached(cache, m, print)
                for m in runs_of(mixed, "mine", [1], [0], 1)[0].member_runs()]
     assert [(m["run"]["loss"], m["run"]["seed"]) for m in members] == [("ranknet", 0),
                                                                        ("listmle", 0)]
-    assert read_cached(runs_of(mixed, "mine", [1], [0], 1)[0].cache_path(cache), print)
+    assert read_cached(cache, runs_of(mixed, "mine", [1], [0], 1)[0], print)

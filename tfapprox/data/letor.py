@@ -35,9 +35,9 @@ from __future__ import annotations
 import gzip
 import io
 import math
-import multiprocessing
 import os
 import re
+import sys
 import zlib
 from collections import deque
 from pathlib import Path
@@ -492,21 +492,18 @@ def _parse_blocks(path: Path, num_features: int | None, workers: int, grouped: b
         for lineno, data in _iter_chunks(path):
             yield from _parse_chunk(path, lineno, data, num_features, grouped)
         return
-    # Forked workers run only numpy code; at most 2 * workers chunks are in flight (bounded memory).
+    # Imported here: a worker loads this module alone, without the package (see worker_pool).
+    from tfapprox.data.worker_pool import WorkerPool
+
     # A chunk that is a stretch of the file is read again by its worker, not sent through a pipe.
-    pool = multiprocessing.get_context("fork").Pool(workers)
-    try:
-        in_flight: deque = deque()
-        for lineno, data, start in _iter_chunks(path, with_offsets=True):
-            chunk = data if start is None else _Stretch(start, len(data), data[-64:])
-            in_flight.append(pool.apply_async(_parse_chunk, (path, lineno, chunk, num_features, grouped)))
-            if len(in_flight) >= 2 * workers:
-                yield from in_flight.popleft().get()
-        while in_flight:
-            yield from in_flight.popleft().get()
-    finally:
-        pool.terminate()
-        pool.join()
+    calls = (
+        (path, lineno, data if start is None else _Stretch(start, len(data), data[-64:]),
+         num_features, grouped)
+        for lineno, data, start in _iter_chunks(path, with_offsets=True)
+    )
+    with WorkerPool(sys.modules[__name__], "_parse_chunk", workers, what=str(path)) as pool:
+        for blocks in pool.map(calls):
+            yield from blocks
 
 
 class _Stretch(NamedTuple):
@@ -527,8 +524,10 @@ class _Stretch(NamedTuple):
 
 def default_workers(paths: list[Path]) -> int:
     """Processes used to parse ``paths``: 1 for small inputs, else up to 4 (at most the CPU count)."""
+    from tfapprox.data import worker_pool
+
     total = sum(p.stat().st_size for p in paths)
-    if total < _PARALLEL_BYTES or not hasattr(os, "fork"):
+    if total < _PARALLEL_BYTES or not worker_pool.available():
         return 1
     return max(1, min(4, os.cpu_count() or 1))
 
@@ -933,8 +932,8 @@ def read_queries(
         beyond the indices in use (see the module docstring).
       assume_contiguous: skip the pre-pass over query ids (one read instead of two) and hand a query
         out when its run of lines ends; a query id that comes back later then raises an error.
-      workers: processes that parse text (forked; they run numpy only). ``None``: 1 for inputs under
-        64 MB, else up to 4.
+      workers: processes that parse text (fresh interpreters that run numpy only, see
+        :mod:`tfapprox.data.worker_pool`). ``None``: 1 for inputs under 64 MB, else up to 4.
       plan: the result of :func:`scan` on the same ``paths``, if the caller already has it.
       query_files: group files for inputs without ``qid:`` (LightGBM/XGBoost layout), one per path
         (None: ``<file>.query`` or ``<file>.group`` beside it); see :func:`sources`.

@@ -1,0 +1,184 @@
+"""Parsing workers (`tfapprox.data.worker_pool`): fresh processes, never forks of the caller; a
+dead or stuck worker is a one-line error naming the file, never a hang; none outlives its reader."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from tfapprox.data import letor, worker_pool
+
+pytestmark = [
+    pytest.mark.slow,  # each test parses a file over the 64 MB from which workers start
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
+]
+
+NUM_FEATURES = 136
+DOCS_PER_QUERY = 120
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory):
+    """A dense LETOR file just over the size from which the reader parses with workers."""
+    path = tmp_path_factory.mktemp("big") / "train.txt"
+    rng = np.random.default_rng(7)
+    bodies = [" ".join(f"{j + 1}:{v:.6f}" for j, v in enumerate(row))
+              for row in rng.random((DOCS_PER_QUERY, NUM_FEATURES))]
+    labels = rng.integers(0, 5, DOCS_PER_QUERY)
+    size, qid = 0, 0
+    with open(path, "w") as out:
+        while size <= letor._PARALLEL_BYTES + (2 << 20):
+            qid += 1
+            block = "".join(f"{y} qid:{qid} {body}\n" for y, body in zip(labels, bodies))
+            size += out.write(block)
+    assert letor.default_workers([path]) > 1 or os.cpu_count() == 1
+    return path
+
+
+def user_environment():
+    """This environment as in a user's shell: without the TF_CPP_MIN_LOG_LEVEL importing
+    TensorFlow leaves here, so the command line keeps its start-up quiet."""
+    return {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+
+
+def parsing_workers(pid):
+    """Returns the pids of process `pid`'s parsing workers, once they run as such."""
+    found = []
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                if b"pool._serve(" in cmdline.read():
+                    found.append(child)
+        except OSError:  # ended meanwhile
+            pass
+    return found
+
+
+def _children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listing:
+            return [int(child) for child in listing.read().split()]
+    except OSError:
+        return []
+
+
+def wait_for_workers(process, seconds=300):
+    """Returns the pids of `process`' parsing workers once it has some; fails if it ends first."""
+    deadline = time.monotonic() + seconds
+    while not (workers := parsing_workers(process.pid)):
+        assert process.poll() is None, f"it ended without workers: {process.communicate()}"
+        assert time.monotonic() < deadline, f"no parsing workers within {seconds} s"
+        time.sleep(0.01)
+    return workers
+
+
+def caught_signals(pid):
+    """Returns the signal numbers process `pid` has a handler for (/proc's SigCgt mask)."""
+    with open(f"/proc/{pid}/status") as status:
+        mask = int(next(line.split()[1] for line in status if line.startswith("SigCgt:")), 16)
+    return {signum for signum in range(1, 65) if mask >> (signum - 1) & 1}
+
+
+def ended(process, seconds):
+    try:
+        return process.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        pytest.fail(f"still running {seconds} s later (a hang): {err[-2000:]}")
+
+
+def test_a_killed_worker_is_a_one_line_error_naming_the_file(big_file, tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tfapprox.data", "convert", str(big_file), "--output",
+         str(tmp_path / "out")], cwd=tmp_path, env=user_environment(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    os.kill(wait_for_workers(process)[0], signal.SIGKILL)
+    out, err = ended(process, 120)
+    assert process.returncode == 2, (out, err)
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"error: {big_file}: parsing stopped: worker process "), err
+    assert "was killed by SIGKILL" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_stuck_worker_is_an_error_after_the_bound_and_is_killed(big_file, monkeypatch):
+    monkeypatch.setattr(worker_pool, "DEFAULT_TIMEOUT_S", 2.0)
+    reader = letor.read_queries(big_file, NUM_FEATURES, assume_contiguous=True)
+    next(reader)
+    workers = parsing_workers(os.getpid())
+    assert workers
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    with pytest.raises(worker_pool.WorkerError,
+                       match=rf"^{big_file}: parsing stopped: worker process \d+ gave no answer "
+                             r"for 2 s, and was killed$"):
+        list(reader)
+    assert time.monotonic() - started < 30
+    assert not set(workers) & set(_children(os.getpid()))
+
+
+def test_the_trainers_workers_are_not_forks_and_end_with_it_on_sigterm(big_file, tmp_path):
+    """The trainer raises on SIGTERM; its parsing workers keep the default action, are fresh
+    interpreters (not copies of the trainer and its TensorFlow threads), and end with it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.txt").symlink_to(big_file)
+    small = "".join(f"{q % 3} qid:{q // 4} 1:0.5 2:{q}\n" for q in range(40))
+    (data / "vali.txt").write_text(small)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "train", "--data-dir", str(data), "--run-dir",
+         str(tmp_path / "run"), "--epochs", "1"], cwd=tmp_path, env=user_environment(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers = wait_for_workers(process)
+    for pid in workers:
+        assert signal.SIGTERM not in caught_signals(pid)
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            assert b"trainer" not in cmdline.read()
+    process.send_signal(signal.SIGTERM)
+    _, err = ended(process, 120)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1].startswith("python -m trainer train: stopped by SIGTERM")
+    assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
+
+
+def test_the_trainers_conversion_with_tensorflow_running_never_forks(big_file, tmp_path):
+    """Converts the file as the trainer does, three times, while TensorFlow's threads compute: no
+    fork of this process (a child of a fork can deadlock on a lock one of those threads held),
+    the same records each time, and no worker left."""
+    import tensorflow as tf
+
+    from trainer import data
+    from trainer.config import DataConfig
+
+    forks = []
+    os.register_at_fork(before=lambda: forks.append(threading.current_thread().name))
+    stop = threading.Event()
+
+    def compute():
+        x = tf.random.normal([256, 256])
+        while not stop.is_set():
+            x = tf.linalg.normalize(tf.matmul(x, x))[0]
+
+    busy = threading.Thread(target=compute, daemon=True)
+    busy.start()
+    try:
+        counts = set()
+        for attempt in range(3):
+            config = DataConfig(train=[str(big_file)], vali=[str(big_file)],
+                                cache_dir=str(tmp_path / f"cache{attempt}"), buckets=0)
+            splits = data.resolve(config, print_fn=lambda _: None)
+            counts.add(splits.num_train_lists)
+            assert not parsing_workers(os.getpid())
+    finally:
+        stop.set()
+        busy.join()
+    assert forks == []
+    assert counts == {sum(1 for _ in letor.scan(big_file).docs_per_query)}

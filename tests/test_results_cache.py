@@ -1,11 +1,12 @@
 """The experiments' cache (benchmarks/results_cache.py): runs written as files, packed into one
 compressed file per set and read from it as from the files, a report from a pack identical to
-one from the files, and damaged files and packs named."""
+one from the files, damaged files and packs named, and the shared sets' cache committed packed."""
 
 import dataclasses
 import json
 import lzma
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from benchmarks import experiments
 from benchmarks.experiment_runs import METRICS
 from benchmarks.experiment_studies import runs_of, studies
 from benchmarks.results_cache import PACK_SUFFIX, pack, read_cached, unpack, write_cached
+from conftest import REPO
 
 STUDIES = ["chen", "lightgbm", "gbdt", "dasalc_ensemble"]  # ensembles read their members too
 FOLDS, SEEDS = [1, 2], [0, 1]
@@ -119,3 +121,10 @@ def test_an_unreadable_file_stays_and_a_damaged_pack_is_named_not_packed_over(tm
     assert pack(cache, said.append) == 0 and runs[0].cache_path(cache).exists()
     assert said[0].startswith(f"MQ2008 not packed: its pack {target} could not be read whole")
 
+
+def test_the_shared_sets_cache_is_committed_packed():
+    listed = subprocess.run(["git", "ls-files", "-z", "benchmarks/results"], cwd=REPO, check=True,
+                            capture_output=True, text=True).stdout.split("\0")
+    files = [REPO / name for name in listed if name]
+    assert files and all(f.name.endswith(PACK_SUFFIX) for f in files)
+    assert len(files) <= 50 and sum(f.stat().st_size for f in files) <= 10 * 2**20

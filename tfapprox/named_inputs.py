@@ -42,6 +42,7 @@ __all__ = [
     "NamedFeatureScorer",
     "broadcast_context",
     "build_named_scorer",
+    "concatenate_per_document",
     "read_vocabulary",
 ]
 
@@ -102,11 +103,28 @@ def _model_features(spec):
     return features
 
 
+def _check_present(layer, inputs, features):
+    """Raises ValueError naming `layer` and the `features` that `inputs` lack."""
+    missing = [f.name for f in features if f.name not in inputs]
+    if missing:
+        raise ValueError(f"{layer.name}: the features lack {', '.join(map(repr, missing))} (the "
+                         f"spec's); received keys {sorted(inputs)}")
+
+
 def broadcast_context(context, mask):
     """Returns context features `[B, D]` repeated for each of a list's documents: `[B, L, D]`,
     `L` the list size of `mask` `[B, L]`."""
     shape = ops.shape(mask)
     return ops.broadcast_to(ops.expand_dims(context, 1), (shape[0], shape[1], context.shape[-1]))
+
+
+def concatenate_per_document(context_parts, document_parts, mask):
+    """Returns float32 `[B, L, ΣD]`: the context parts `[B, D]` repeated for every document, then
+    the document parts `[B, L, D]`, side by side; zeros where `mask` `[B, L]` is False."""
+    mask = ops.cast(mask, "bool")
+    parts = [broadcast_context(ops.cast(part, "float32"), mask) for part in context_parts]
+    parts += [ops.cast(part, "float32") for part in document_parts]
+    return ops.where(ops.expand_dims(mask, -1), ops.concatenate(parts, axis=-1), 0.0)
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")
@@ -122,12 +140,9 @@ class ConcatFeatures(keras.layers.Layer):
 
     def call(self, inputs):
         context_features, example_features, list_mask = inputs
-        mask = ops.cast(list_mask, "bool")
-        parts = [broadcast_context(ops.cast(context_features[name], "float32"), mask)
-                 for name in sorted(context_features)]
-        parts += [ops.cast(example_features[name], "float32") for name in sorted(example_features)]
-        concatenated = ops.concatenate(parts, axis=-1)
-        return ops.where(ops.expand_dims(mask, -1), concatenated, 0.0)
+        return concatenate_per_document([context_features[k] for k in sorted(context_features)],
+                                        [example_features[k] for k in sorted(example_features)],
+                                        list_mask)
 
     def compute_output_shape(self, input_shape):
         context_shapes, example_shapes, mask_shape = input_shape
@@ -231,10 +246,7 @@ class FeatureLookup(keras.layers.Layer):
     def call(self, inputs):
         import tensorflow as tf
 
-        missing = [f.name for f in self.features if f.name not in inputs]
-        if missing:
-            raise ValueError(f"{self.name}: the features lack {', '.join(map(repr, missing))} "
-                             f"(the spec's); received keys {sorted(inputs)}")
+        _check_present(self, inputs, self.features)
         outputs = {}
         for feature in self.features:
             value = inputs[feature.name]
@@ -354,10 +366,6 @@ class FeatureInputs(keras.layers.Layer):
 
     def _columns(self, inputs, features, valid):
         """The features' values side by side, `[..., Σ length]`, zero where `valid` is False."""
-        for feature in features:
-            if feature.name not in inputs:
-                raise ValueError(f"{self.name}: the features lack {feature.name!r} (the spec's); "
-                                 f"received keys {sorted(inputs)}")
         x = ops.concatenate([ops.cast(inputs[f.name], "float32") for f in features], axis=-1)
         return x if valid is None else ops.where(valid, x, 0.0)
 
@@ -386,12 +394,11 @@ class FeatureInputs(keras.layers.Layer):
         return parts
 
     def call(self, inputs):
+        _check_present(self, inputs, self.spec.context + self.spec.document)
         mask = self._mask(inputs)
-        valid = ops.expand_dims(mask, -1)
-        parts = self._block(inputs, "context", None)
-        parts = [broadcast_context(part, mask) for part in parts]
-        parts += self._block(inputs, "document", valid)
-        features = ops.where(valid, ops.concatenate(parts, axis=-1), 0.0)
+        features = concatenate_per_document(self._block(inputs, "context", None),
+                                            self._block(inputs, "document",
+                                                        ops.expand_dims(mask, -1)), mask)
         return {"features": features, "mask": mask}
 
     def adapt(self, batches):

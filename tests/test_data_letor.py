@@ -509,10 +509,6 @@ def test_qid_files_and_group_files_do_not_mix(tmp_path):
     with pytest.raises(LetorFormatError, match=r"inputs mix files with qid: \(.*q\.txt\) and files grouped by a "
                                                r"query file \(.*g\.txt, .*g\.txt\.query\)"):
         list(letor.read_queries([with_qid, grouped]))
-    with pytest.raises(LetorFormatError, match=r"q\.txt:1: the lines carry qid:, so the query file .*g\.txt\.query"):
-        list(letor.read_queries(with_qid, query_files=tmp_path / "g.txt.query"))
-    write(tmp_path / "q.txt.query", "7\n")  # beside a file with qid: a .query file is not consulted
-    assert [len(q.labels) for q in letor.read_queries(with_qid)] == [1]
     write(tmp_path / "g.txt.group", "1\n")
     with pytest.raises(LetorFormatError, match=r"g\.txt: both g\.txt\.query and g\.txt\.group lie beside it"):
         list(letor.read_queries(grouped))
@@ -520,6 +516,35 @@ def test_qid_files_and_group_files_do_not_mix(tmp_path):
         list(letor.read_queries([grouped, grouped], query_files=[tmp_path / "g.txt.query"]))
     with pytest.raises(FileNotFoundError, match="no such query file: .*nope"):
         list(letor.read_queries(grouped, query_files=tmp_path / "nope"))
+
+
+def test_a_group_file_for_a_qid_file_must_group_it_as_its_query_ids(tmp_path, capsys, monkeypatch):
+    """Beside the file or given with --query-file, through convert and the trainer: refused in one
+    line when its groups are not the runs of equal query ids, read by qid: when they are."""
+    from tfapprox.data.__main__ import main as data_main
+    from trainer.__main__ import main as trainer_main
+
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path / "q.txt", "".join(f"{i % 3} qid:{i // 3} 1:{i}\n" for i in range(30)))
+    sizes = write(tmp_path / "sizes.txt", "10\n10\n10\n")
+    message = (f"error: {path}: the lines carry qid: (10 runs of query ids), and the group file "
+               f"{{}} groups them differently (3 groups of 30 documents); give one grouping")
+    assert data_main(["convert", str(path), "--output", "a", "--query-file", str(sizes)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message.format(sizes)) and err.count("\n") == 1, err
+    beside = write(tmp_path / "q.txt.query", sizes.read_text())
+    assert data_main(["convert", str(path), "--output", "b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message.format(beside)) and err.count("\n") == 1, err
+    assert trainer_main(["train", "--train", str(path), "--vali", str(path),
+                         "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("python -m trainer train: " + message.format(beside)), err
+    assert err.count("\n") == 1, err
+    assert not any(tmp_path.glob("[ab]"))
+    write(beside, "3\n" * 10)  # the same groups: read by its qid: tokens
+    assert data_main(["convert", str(path), "--output", "c"]) == 0
+    assert "c: 10 lists, 30 docs" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("names", [("train.txt", "vali.txt", "test.txt"),

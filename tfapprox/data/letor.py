@@ -17,6 +17,9 @@ LightGBM / XGBoost ranking files leave ``qid:ID`` out and give the group sizes (
 in line order, one integer per line) in a separate file: ``<file>.query`` (LightGBM) or
 ``<file>.group`` (XGBoost) beside it is picked up when a file's first line has no ``qid:``, or a
 group file is given explicitly (``query_files``). Such queries are numbered 1, 2, ... across the inputs.
+A group file beside (or given for) a file whose lines carry ``qid:`` must group its lines as the
+query ids do (its sizes are the lengths of the runs of equal ids), else the file is refused: the
+data would be read one way here and another way by a tool that takes the group file.
 
 :func:`read_queries` yields one :class:`Query` per query id, in order of first appearance, with all of
 its documents -- also when a query's lines are not contiguous. It streams: a pre-pass over the query ids
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import math
 import os
 import re
@@ -150,9 +154,9 @@ def sources(
 
     ``query_files``: a group file per path, in order (None: look beside the file, see
     :func:`find_group_file`). A file is grouped when its first document line has no ``qid:``.
-    Raises LetorFormatError for such a file without a group file, a group file given for a file with
-    ``qid:``, inputs that mix the two kinds, binary files (TFRecords) among the inputs, or a malformed
-    group file.
+    Raises LetorFormatError for such a file without a group file, a group file (given or beside it)
+    that groups a file with ``qid:`` otherwise than its query ids, inputs that mix the two kinds,
+    binary files (TFRecords) among the inputs, or a malformed group file.
     """
     paths = as_paths(paths)
     _refuse_binary(paths)
@@ -171,15 +175,12 @@ def sources(
         if given is not None and not given.is_file():
             raise FileNotFoundError(f"no such query file: {given}")
         first = _first_document(path)
+        group_file = given or find_group_file(path)
         if first is not None and first[1][:4] == b"qid:":
-            if given is not None:
-                raise LetorFormatError(
-                    f"{path}:{first[0]}: the lines carry qid:, so the query file {given} would group "
-                    "them a second way; give one or the other"
-                )
+            if group_file is not None:
+                _check_same_grouping(path, group_file)
             result.append(Source(path))
             continue
-        group_file = given or find_group_file(path)
         if group_file is None:
             if first is not None and _INDEX_VALUE.match(first[1]):
                 raise LetorFormatError(
@@ -200,6 +201,29 @@ def sources(
             f"({grouped[0].path}, {grouped[0].group_file}); read them separately"
         )
     return result
+
+
+def _check_same_grouping(path: Path, group_file: Path) -> None:
+    """Raises LetorFormatError unless the group sizes of ``group_file`` are the lengths of the runs
+    of equal query ids in ``path`` (whose lines carry ``qid:``): the file is grouped one way only."""
+    sizes = read_group_sizes(group_file).tolist()
+    runs = [sum(1 for _ in run) for _, run in itertools.groupby(_iter_qids(path))]
+    if sizes != runs:
+        raise LetorFormatError(
+            f"{path}: the lines carry qid: ({len(runs)} runs of query ids), and the group file "
+            f"{group_file} groups them differently ({len(sizes)} groups of {sum(sizes)} documents); "
+            "give one grouping: remove or rename the group file, or drop the qid: tokens"
+        )
+
+
+def _iter_qids(path: Path) -> Iterator[bytes | None]:
+    """Yields the query id of each document line of ``path``; None for a line without ``qid:``."""
+    for _, data in _iter_chunks(path):
+        for raw in data.split(b"\n"):
+            hash_at = raw.find(b"#")
+            parts = (raw[:hash_at] if hash_at >= 0 else raw).split(None, 2)
+            if parts:
+                yield parts[1][4:] if len(parts) > 1 and parts[1][:4] == b"qid:" else None
 
 
 def mixed_inputs_error(text: PathLike, record: PathLike) -> LetorFormatError:
@@ -897,15 +921,10 @@ def _scan(inputs: list[Source], with_features: bool, workers: int | None) -> Sca
             for number, size in enumerate(source.group_sizes.tolist(), source.first_group):
                 counts[str(number).encode()] = size
         else:
-            for _, data in _iter_chunks(path):
-                for raw in data.split(b"\n"):
-                    hash_at = raw.find(b"#")
-                    parts = (raw[:hash_at] if hash_at >= 0 else raw).split(None, 2)
-                    if len(parts) >= 2 and parts[1][:4] == b"qid:":
-                        count(parts[1][4:])
-                        file_docs += 1
-                    elif parts:
-                        file_docs += 1  # malformed; the full read names it
+            for qid in _iter_qids(path):
+                if qid is not None:  # else malformed; the full read names it
+                    count(qid)
+                file_docs += 1
         if file_docs == 0:
             raise LetorFormatError(f"{path}: no documents (the file is empty or has only comments)")
         num_docs += file_docs

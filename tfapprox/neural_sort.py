@@ -10,8 +10,8 @@ so an empty row or column stays 0, as when the matrix itself is divided. The for
 matrix-vector products with P̂; it keeps P̂ and the scalings (2T vectors of L). The backward pass
 runs the rounds back through 2T more products, and ∂/∂P̂ is a sum of 2T + 1 outer products of
 those vectors, formed in one `[L, 2T+1] × [2T+1, L]` product. Time O(T·L²) per list both ways;
-memory O(L²): P̂ and at most two more `[L, L]` tensors at once, whatever T is. Plain autodiff through the rounds kept every
-round's matrices instead (O(T·L²) memory: 3.5 GB for one list of 2,000 at T = 50).
+memory O(L²): P̂ and at most two more `[L, L]` tensors at once, whatever T is. Autodiff through
+the rounds would keep every round's matrices (O(T·L²): 3.5 GB for one list of 2,000 at T = 50).
 """
 
 from keras import ops
@@ -83,7 +83,7 @@ def sorted_gains(scores, mask, gains, temperature, iterations):
         def gradient(upstream):
             # ∂/∂b_T and ∂/∂a_T of a_T ⊙ P̂(b_T ⊙ G); then each round back: b = 1/q, q = P̂ᵀa,
             # a = 1/p, p = P̂ b_prev, which add ∂/∂P̂ = a ⊗ q̄ + p̄ ⊗ b_prev
-            first = upstream * row_scaling
+            upstream_rows = upstream * row_scaling
 
             def back(pending, inputs):
                 column_bar, row_extra = pending
@@ -94,11 +94,11 @@ def sorted_gains(scores, mask, gains, temperature, iterations):
                         (column_sums_bar, row_sums_bar))
 
             _, (column_sums_bars, row_sums_bars) = ops.scan(
-                back, (gains * _times_transposed(relaxed, first), upstream * unscaled),
+                back, (gains * _times_transposed(relaxed, upstream_rows), upstream * unscaled),
                 xs=(row_stack, column_stack), reverse=True)
             previous_columns = ops.concatenate(
                 [ops.expand_dims(ones, 0), column_stack[:-1]], axis=0)
-            left = ops.concatenate([ops.expand_dims(first, -1), _columns(row_stack),
+            left = ops.concatenate([ops.expand_dims(upstream_rows, -1), _columns(row_stack),
                                     _columns(row_sums_bars)], axis=-1)
             right = ops.concatenate([ops.expand_dims(column_gains, -1),
                                      _columns(column_sums_bars), _columns(previous_columns)],

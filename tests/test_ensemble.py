@@ -9,7 +9,7 @@ import pytest
 
 from conftest import to_numpy
 from tfapprox import models
-from tfapprox.ensemble import ScoreEnsemble
+from tfapprox.ensemble import NonFiniteScores, ScoreEnsemble
 
 NUM_FEATURES = 5
 
@@ -114,3 +114,17 @@ def test_bad_arguments_are_refused():
     x = lists(0)
     with pytest.raises(ValueError, match="no documents"):
         ScoreEnsemble(members()).adapt([{**x, "mask": np.zeros_like(x["mask"])}])
+
+
+def test_a_member_with_non_finite_scores_is_refused_by_index_and_name():
+    """NaN weights (or a feature that overflows a member's layers) would make μ and σ NaN, and
+    every score of the ensemble with them: refused, the constants left as they were."""
+    broken = members()
+    broken[1].set_weights([np.full_like(w, np.nan) for w in broken[1].get_weights()])
+    ensemble = ScoreEnsemble(broken)
+    with pytest.raises(NonFiniteScores, match=r"^ScoreEnsemble member 1 \(second\) scores (\d+) of "
+                       r"\1 documents NaN or infinite$") as refused:
+        ensemble.adapt([lists(1)])
+    assert refused.value.member == 1
+    np.testing.assert_array_equal(to_numpy(ensemble.offsets), [0.0, 0.0])
+    np.testing.assert_array_equal(to_numpy(ensemble.scales), [1.0, 1.0])

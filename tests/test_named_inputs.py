@@ -133,8 +133,12 @@ def test_lookup_gives_vocabulary_ids_an_oov_bucket_and_padded_token_lists(text_s
     dense = {**features, "query_tokens": features["query_tokens"].to_tensor(""),
              "document_tokens": features["document_tokens"].to_tensor(""),
              "site": features["site"].astype("int32")}
-    for name, value in looked_up(text_spec, dense).items():
-        np.testing.assert_array_equal(value, got[name], err_msg=name)
+    # VarLenFeature's sparse token lists too
+    sparse = {**features, "query_tokens": features["query_tokens"].to_sparse(),
+              "document_tokens": features["document_tokens"].to_sparse()}
+    for other in (dense, sparse):
+        for name, value in looked_up(text_spec, other).items():
+            np.testing.assert_array_equal(value, got[name], err_msg=name)
 
 
 def test_feature_inputs_are_each_features_transform_embedding_mean_and_context(text_spec):

@@ -198,8 +198,9 @@ class FeatureLookup(keras.layers.Layer):
     `IntegerLookup`, one out-of-vocabulary bucket each: ids are 0 for no token, 1 for a value
     outside the vocabulary, 2, 3, ... for the vocabulary's values in file order. Features that name
     the same vocabulary file share one lookup. A token list (`length: null`) may come ragged
-    (`[B, None]` context, `[B, L, None]` document; padded by its row lengths) or dense, padded
-    with `""` (strings) or 0 (int64); the output pads it with id 0. Numeric features pass
+    (`[B, None]` context, `[B, L, None]` document; padded by its row lengths), sparse (a
+    `VarLenFeature`) or dense, padded with `""` (strings) or 0 (int64); the output pads it with
+    id 0. Numeric features pass
     through as float32, the mask (`spec.mask_feature_name`) as bool; other keys are dropped.
 
     Args:
@@ -264,6 +265,9 @@ class FeatureLookup(keras.layers.Layer):
             if isinstance(value, tf.RaggedTensor):
                 outputs[feature.name] = value.with_flat_values(ids(value.flat_values)).to_tensor(
                     PAD_ID)
+            elif isinstance(value, tf.SparseTensor):  # a VarLenFeature
+                outputs[feature.name] = tf.sparse.to_dense(
+                    tf.SparseTensor(value.indices, ids(value.values), value.dense_shape), PAD_ID)
             else:
                 value = tf.convert_to_tensor(value)
                 found = ids(value)

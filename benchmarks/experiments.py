@@ -85,7 +85,9 @@ stopped; a cache file that holds no complete result counts as not run. `pack` mo
 into one xz-compressed JSON-lines file per set (CACHE/NAME.jsonl.xz; the shared sets' cache is
 committed so), read like the files; `unpack` turns them back into files. A run whose training
 diverges (a non-finite validation measure) is named on its line and left uncached, the others go
-on, and `run` exits with status 1. Runs on your sets are keyed by
+on, and `run` exits with status 1. `run` checks that --cache and --work take files before any run,
+and stops at data the trainer would refuse (a malformed line, group sizes that do not fit) with
+the trainer's one-line error. Runs on your sets are keyed by
 the fingerprint of their fold's files (names, sizes, modification times) too: another DIR under the
 same NAME, or DIR edited in place, never reads them. `report` rebuilds
 results.md and its plots (docs/ for the shared sets, runs/reports/NAME/ for yours) from the cache
@@ -272,12 +274,25 @@ def main(argv=None) -> int:
         args.cache = args.cache or (own / "cache" if args.data_dir else
                                     REPO / "benchmarks" / "results")
         args.out = args.out or (own if args.data_dir else REPO / "docs")
+        if args.command == "run":
+            for flag, directory in (("--cache", args.cache), ("--work", args.work)):
+                _check_writable(parser, flag, directory)
         return _execute(args, data_sets, fold_files, _data_keys(data_sets, fold_files))
     with tempfile.TemporaryDirectory(prefix="tfapprox-experiments-") as temp:
         args.folds, args.seeds, args.epochs = args.folds[:1], [0], 1
         args.cache, args.work = Path(temp) / "cache", Path(temp) / "work"
         args.out = args.out or Path(temp) / "docs"
         return _execute(args, data_sets, fold_files, _data_keys(data_sets, fold_files))
+
+
+def _check_writable(parser, flag: str, directory: Path) -> None:
+    """Exits with a one-line error unless `directory` exists or can be made, and takes files."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        parser.error(f"{flag} {directory}: cannot write there ({err.strerror or err})")
 
 
 def _execute(args, data_sets, fold_files, data_keys) -> int:
@@ -289,8 +304,12 @@ def _execute(args, data_sets, fold_files, data_keys) -> int:
     if args.command == "run":
         settings = list(dict.fromkeys(s for name in args.study for s in chosen[name]
                                       if args.loss is None or s.loss in args.loss))
-        diverged = run_all(settings, fold_files, args.folds, args.seeds, args.epochs,
-                           args.cache, args.work, data_keys)
+        try:
+            diverged = run_all(settings, fold_files, args.folds, args.seeds, args.epochs,
+                               args.cache, args.work, data_keys)
+        except (OSError, ValueError) as err:  # as the trainer: bad data, unwritable files
+            print(f"python -m benchmarks.experiments run: error: {err}", file=sys.stderr)
+            return 1
         if diverged:
             return 1
         if not args.smoke:

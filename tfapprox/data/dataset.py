@@ -53,14 +53,16 @@ class DatasetInfo(NamedTuple):
 # --------------------------------------------------------------------------------------------------
 # Inputs
 # --------------------------------------------------------------------------------------------------
-def resolve_files(file_pattern) -> list[Path]:
+def resolve_files(file_pattern, converted: bool = True) -> list[Path]:
+    """The files behind globs, files and directories (their ``*.tfrecord`` shards: with
+    ``converted``, those their ``spec.json`` lists)."""
     patterns = [file_pattern] if isinstance(file_pattern, (str, os.PathLike)) else list(file_pattern)
     files: list[Path] = []
     for pattern in patterns:
         pattern = os.fspath(pattern)
         if os.path.isdir(pattern):
             matched = sorted(glob.glob(os.path.join(pattern, "*" + shards.SHARD_SUFFIX)))
-            listed = shards.listed_shards(Path(pattern))
+            listed = shards.listed_shards(Path(pattern)) if converted else None
             if listed is not None:
                 for path in matched:
                     shards.shard_entry(Path(path))  # names a shard the spec does not list
@@ -280,7 +282,7 @@ def _describe_named(file_pattern, spec: named_records.NamedSpec, num_shards: int
     """The files behind ``file_pattern`` checked against ``spec`` (this worker's shard of them:
     all their lists when ``verify``, else each file's first ones); prints how many documents lack
     a label."""
-    files = resolve_files(file_pattern)
+    files = resolve_files(file_pattern, converted=False)  # a spec.json there may be a feature spec
     text = next((f for f in files if _is_letor_text(f)), None)
     if text is not None:
         raise ValueError(f"{text}: LETOR text holds numbered features, not named ones; read it "
@@ -601,8 +603,8 @@ def ranking_dataset_by_seed(
             files = files[shard_index::num_shards]
         if verify is None:
             verify = sum(f.stat().st_size for f in files) <= _VERIFY_BYTES
-        for path in files:
-            if verify and named is None:
+        for path in files if named is None else ():  # named records: checked by the spec
+            if verify:
                 shards.verify_file(path)
             else:
                 shards.check_size(path)

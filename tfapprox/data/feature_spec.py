@@ -106,7 +106,8 @@ class Feature:
             default = "" if self.dtype == "string" else 0
         if self.dtype == "string" and isinstance(default, str):
             default = default.encode()
-        return tf.io.FixedLenFeature([self.length], self.tf_dtype, default_value=default)
+        return tf.io.FixedLenFeature([self.length], self.tf_dtype,
+                                     default_value=[default] * self.length)
 
 
 @dataclasses.dataclass(frozen=True)

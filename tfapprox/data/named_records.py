@@ -182,8 +182,9 @@ def _take_documents(value, frames, spec, indices, valid):
     sparse = isinstance(value, tf.SparseTensor)
     if sparse:
         width = value.dense_shape[1]
+        shape = value.dense_shape
         rows = tf.RaggedTensor.from_sparse(
-            tf.sparse.reshape(value, tf.stack([-1, value.dense_shape[2]])))
+            tf.sparse.reshape(value, tf.stack([shape[0] * shape[1], shape[2]])))
         starts = tf.range(batch) * width
     elif isinstance(value, tf.RaggedTensor):
         rows, starts = value.values, tf.cast(value.row_starts(), tf.int64)
@@ -447,7 +448,8 @@ def _scan_batch(spec: NamedSpec, record_format: str) -> Callable:
 
 def _feature_error(path: Path, err: tf.errors.OpError) -> shards.RecordError:
     text = shards.error_summary(err)
-    match = re.search(r"Key: ([^,]+), Index: \d+\.\s+([^\n]*)", err.message or "")
+    match = re.search(r"(?:Key|Feature list): ([^,]+), Index: \d+\.\s+([^\n\[]*)",
+                      err.message or "")
     if match:
         text = f"feature {match.group(1)!r}: {match.group(2).strip()}"
     return shards.RecordError(f"{path}: {text}")

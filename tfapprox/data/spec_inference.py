@@ -102,7 +102,7 @@ def infer_spec(file_pattern, label: str, vocabularies: dict[str, str] | None = N
     """
     if sample < 1:
         raise ValueError(f"sample must be a positive number of lists; got {sample!r}")
-    files = resolve_files(file_pattern)
+    files = resolve_files(file_pattern, converted=False)
     where = str(files[0]) + (f" (and {len(files) - 1} more files)" if len(files) > 1 else "")
     record_format, context, documents, lists, docs = _sample(files, sample, label)
     if label in context:

@@ -1,8 +1,10 @@
-"""Time, finiteness and peak memory of ApproxNDCGLoss and ApproxAPLoss on long lists.
+"""Time, finiteness and peak memory of ApproxNDCGLoss and ApproxAPLoss, and of DASALC's
+self-attention, on long lists.
 
     python benchmarks/long_lists.py [--backend tensorflow|jax] [--compile graph|xla|jit|eager]
                                     [--pairwise auto|blocked|dense] [--repeats 2]
                                     [--list-sizes 60000 10000]
+    python benchmarks/long_lists.py --dasalc [--repeats 2] [--list-sizes 1000 2000 4000 8000]
 
 Protocol. Six cases: each loss (defaults: alpha 10, beta 10) on one list of 60,000 documents,
 on a batch of 4 lists of 10,000 and on one list of 10,000 (`--list-sizes` keeps the cases of the
@@ -14,6 +16,14 @@ TensorFlow, under `jax.jit` (`jit`) on JAX, or op by op (`eager`: under an eager
 `jax.value_and_grad` without jit). The pairwise sums are chosen
 by `--pairwise` (default "auto": lists this long are summed in blocks of
 `tfapprox.pair_sums.PAIR_BLOCK` columns; "dense" builds the [B, L, L] pairs, tens of GB here).
+
+`--dasalc`: the DASALC recipe (`tfapprox.models.RECIPES`: a B256 tower, two blocks of 2-head
+self-attention over the list, 64 units) on one list of each `--list-sizes` length (default 1,000,
+2,000, 4,000 and 8,000), F = 46 N(0, 1) features (seed 0), in a `tf.function` on TensorFlow, two
+cases per length: "serve", the inference call an export makes (`training=False`), and "train",
+the gradient of the mean squared score with respect to every trainable weight (`training=True`,
+forward and backward, as in a train step). Each attention block holds [lists, heads, L, L] grids,
+so memory grows with the L² document pairs; the table gives the growth of peak RSS per pair.
 
 Each case runs in a fresh Python subprocess, so its peak resident memory is its own: peak RSS is
 `resource.getrusage(RUSAGE_SELF).ru_maxrss` at the end, "before" the same just before the first
@@ -35,6 +45,9 @@ import time
 CASES = [(loss, batch, size) for loss in ("ApproxNDCGLoss", "ApproxAPLoss")
          for batch, size in ((1, 60_000), (4, 10_000), (1, 10_000))]
 COMPILE_CHOICES = {"tensorflow": ("graph", "xla", "eager"), "jax": ("jit", "eager")}
+DASALC_SIZES = (1_000, 2_000, 4_000, 8_000)
+DASALC_MODES = ("serve", "train")
+DASALC_FEATURES = 46
 
 
 def peak_rss_mib():
@@ -89,6 +102,52 @@ def run_case(loss_name, batch, size, backend, compile_mode, pairwise, repeats):
         "rss_before_mib": rss_before, "peak_rss_mib": peak_rss_mib()}))
 
 
+def dasalc_step(mode, size):
+    """Returns `(step, inputs)`: DASALC's inference call ("serve") or the gradient of its mean
+    squared score with respect to its weights ("train"), in a tf.function, and one list of `size`
+    documents to run it on."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfapprox.models import build_scorer
+
+    model = build_scorer("dasalc")
+    features = np.random.default_rng(0).normal(size=(1, size, DASALC_FEATURES))
+    inputs = {"features": tf.constant(features, tf.float32), "mask": tf.ones([1, size], tf.bool)}
+    model({"features": inputs["features"][:, :2], "mask": inputs["mask"][:, :2]})
+
+    @tf.function
+    def step(inputs):
+        if mode == "serve":
+            return model(inputs, training=False)
+        with tf.GradientTape() as tape:
+            value = tf.reduce_mean(tf.square(model(inputs, training=True)))
+        return tape.gradient(value, model.trainable_variables)
+
+    return step, inputs
+
+
+def run_dasalc_case(mode, size, repeats):
+    """Runs one DASALC case in this process and prints its figures as one JSON line."""
+    import numpy as np
+
+    step, inputs = dasalc_step(mode, size)
+    rss_before = peak_rss_mib()
+    start = time.perf_counter()
+    outputs = step(inputs)
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        outputs = step(inputs)
+        times.append(time.perf_counter() - start)
+    outputs = outputs if isinstance(outputs, list) else [outputs]
+    print(json.dumps({
+        "first_s": first, "best_s": min(times) if times else None,
+        "finite": all(bool(np.all(np.isfinite(x.numpy()))) for x in outputs),
+        "rss_before_mib": rss_before, "peak_rss_mib": peak_rss_mib()}))
+
+
 def versions(backend):
     import keras
 
@@ -124,11 +183,24 @@ def main():
     parser.add_argument("--repeats", type=int, default=2,
                         help="timed calls after the first (default 2; the fastest is reported)")
     parser.add_argument("--list-sizes", type=int, nargs="+", metavar="SIZE",
-                        default=sorted({size for _, _, size in CASES}, reverse=True),
-                        help="run only the cases of these list sizes (default: all)")
+                        help="run only the cases of these list sizes (default: all; with "
+                        "--dasalc: 1000 2000 4000 8000)")
+    parser.add_argument("--dasalc", action="store_true",
+                        help="DASALC's memory by list length instead of the losses' (TensorFlow)")
     parser.add_argument("--case", nargs=3, metavar=("LOSS", "BATCH", "LIST_SIZE"),
                         help=argparse.SUPPRESS)  # one case, in this process (the subprocesses)
+    parser.add_argument("--dasalc-case", nargs=2, metavar=("MODE", "LIST_SIZE"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.dasalc or args.dasalc_case:
+        if args.backend != "tensorflow":
+            parser.error("--dasalc runs on the tensorflow backend (the export's)")
+        if args.dasalc_case:
+            run_dasalc_case(args.dasalc_case[0], int(args.dasalc_case[1]), args.repeats)
+        else:
+            run_dasalc(args.list_sizes or DASALC_SIZES, args.repeats)
+        return
+    args.list_sizes = args.list_sizes or sorted({size for _, _, size in CASES}, reverse=True)
     compile_mode = args.compile or COMPILE_CHOICES[args.backend][0]
     if compile_mode not in COMPILE_CHOICES[args.backend]:
         parser.error(f"--compile {compile_mode} is not a choice on {args.backend}; "
@@ -138,9 +210,7 @@ def main():
         run_case(loss_name, batch, size, args.backend, compile_mode, args.pairwise, args.repeats)
         return
 
-    env = {**os.environ, "KERAS_BACKEND": args.backend, "CUDA_VISIBLE_DEVICES": "",
-           "TF_CPP_MIN_LOG_LEVEL": "3"}
-    os.environ.update(env)
+    env = subprocess_env(args.backend)
     load_before = os.getloadavg()
     print(f"{cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
           f"{versions(args.backend)}; {compile_mode}, pairwise={args.pairwise}", flush=True)
@@ -150,19 +220,64 @@ def main():
         command = [sys.executable, __file__, "--backend", args.backend, "--compile",
                    compile_mode, "--pairwise", args.pairwise, "--repeats", str(args.repeats),
                    "--case", loss_name, str(batch), str(size)]
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        row, reason = run_subprocess(command, env)
+        if row is None:
             print(f"| {loss_name} | {batch} × {size:,} | failed: {reason} | | | | |", flush=True)
             continue
-        row = json.loads(done.stdout.strip().splitlines()[-1])
         best = "" if row["best_s"] is None else f"{row['best_s']:.1f}"
         print(f"| {loss_name} | {batch} × {size:,} | {row['first_s']:.1f} | {best} | "
               f"{'yes' if row['finite'] else 'NO'} | {row['rss_before_mib']:,.0f} | "
               f"{row['peak_rss_mib']:,.0f} |", flush=True)
+    print_load(load_before)
+
+
+def subprocess_env(backend):
+    """Returns (and sets in this process) the cases' environment: `backend`, CPU only, quiet."""
+    env = {**os.environ, "KERAS_BACKEND": backend, "CUDA_VISIBLE_DEVICES": "",
+           "TF_CPP_MIN_LOG_LEVEL": "3"}
+    os.environ.update(env)
+    return env
+
+
+def run_subprocess(command, env):
+    """Returns `(figures, None)` from a case's last output line, or `(None, reason)` if it failed."""
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        return None, (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    return json.loads(done.stdout.strip().splitlines()[-1]), None
+
+
+def print_load(load_before):
     load_after = os.getloadavg()
     print(f"\nLoad average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}; "
           f"after: {', '.join(f'{x:.2f}' for x in load_after)}")
+
+
+def run_dasalc(sizes, repeats):
+    """Prints DASALC's table: each mode on one list of each of `sizes` documents."""
+    env = subprocess_env("tensorflow")
+    load_before = os.getloadavg()
+    print(f"{cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
+          f"{versions('tensorflow')}; DASALC (tfapprox.models.RECIPES), F = {DASALC_FEATURES}, "
+          "tf.function", flush=True)
+    print("\n| mode | documents (1 list) | pairs L² | first call s | best of next s | finite | "
+          "RSS before MiB | peak RSS MiB | growth bytes per pair |\n"
+          "|---|---:|---:|---:|---:|---|---:|---:|---:|", flush=True)
+    for mode in DASALC_MODES:
+        for size in sizes:
+            command = [sys.executable, __file__, "--repeats", str(repeats),
+                       "--dasalc-case", mode, str(size)]
+            row, reason = run_subprocess(command, env)
+            if row is None:
+                print(f"| {mode} | {size:,} | {size**2:,} | failed: {reason} | | | | | |",
+                      flush=True)
+                continue
+            best = "" if row["best_s"] is None else f"{row['best_s']:.2f}"
+            growth = (row["peak_rss_mib"] - row["rss_before_mib"]) * 2**20 / size**2
+            print(f"| {mode} | {size:,} | {size**2:,} | {row['first_s']:.2f} | {best} | "
+                  f"{'yes' if row['finite'] else 'NO'} | {row['rss_before_mib']:,.0f} | "
+                  f"{row['peak_rss_mib']:,.0f} | {growth:.1f} |", flush=True)
+    print_load(load_before)
 
 
 if __name__ == "__main__":

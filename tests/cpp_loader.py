@@ -34,6 +34,7 @@ def signature_requests(features):
     return {
         "serving_default": {"elwc": elwc},
         "score_features": {"features": features},
+        export.MASKED: {"features": features, "mask": np.ones((lists, documents), bool)},
         "score_examples": {"examples": examples},
         export.PREDICT: {"inputs": elwc},
         export.REGRESS: {"inputs": examples},

@@ -110,6 +110,11 @@ def test_every_signature_matches_the_in_memory_model(exported, loaded):
     raw = signatures["score_features"](features=tf.constant(features))["scores"].numpy()
     np.testing.assert_allclose(raw[mask], expected[mask], atol=1e-5)
 
+    features[~mask] = np.nan  # a padded slot may hold anything where the mask is sent
+    masked = signatures[export.MASKED](features=tf.constant(features), mask=tf.constant(mask))
+    np.testing.assert_allclose(masked["scores"].numpy()[mask], expected[mask], atol=1e-5)
+    assert np.all(masked["scores"].numpy()[~mask] == 0.0)
+
     documents = signatures["score_examples"](examples=tf.constant(examples))["scores"].numpy()
     assert documents.shape == (int(mask.sum()),)
     np.testing.assert_allclose(documents, expected[mask], atol=1e-5)
@@ -121,11 +126,12 @@ def test_saved_model_cli_lists_the_signatures_and_the_feature_count(exported):
     for name, argument in [
         ("serving_default", "elwc"),
         ("score_features", "features"),
+        (export.MASKED, "mask"),
         ("score_examples", "examples"),
     ]:
         assert f"signature_def['{name}']" in shown
         assert f"inputs['{argument}']" in shown
-    assert shown.count("outputs['scores']") == 3
+    assert shown.count("outputs['scores']") == 4
     score_features = shown.split("signature_def['score_features']")[1].split("signature_def[")[0]
     assert f"shape: (-1, -1, {NUM_FEATURES})" in score_features
 
@@ -404,6 +410,7 @@ def test_versions_count_up_and_are_never_overwritten(tmp_path):
         ({"num_features": 0}, "num_features must be a positive integer"),
         ({"example_layout": "csv"}, "example_layout must be one of"),
         ({"max_documents": 0}, "max_documents must be a positive integer"),
+        ({"max_pairs": 2.5}, "max_pairs must be a positive integer"),
     ],
 )
 def test_invalid_arguments_are_named(tmp_path, kwargs, message):
@@ -530,7 +537,8 @@ def test_per_feature_export_refuses_documents_without_its_keys(exported, tmp_pat
     nan = _per_feature_documents(np.full((1, NUM_FEATURES), np.nan, "float32"), skip=(2,))
     with pytest.raises(tf.errors.InvalidArgumentError, match="feature values must be finite"):
         signatures["score_examples"](examples=tf.constant(nan))
-    for signature, inputs in export._warmup_requests(NUM_FEATURES, "per_feature", 60):
+    for signature, inputs in export._warmup_requests(NUM_FEATURES, "per_feature",
+                                                       export._Bounds(60, None)):
         (scores,) = signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()}).values()
         assert np.all(np.isfinite(scores.numpy()))
 
@@ -556,6 +564,9 @@ def test_requests_beyond_the_document_bound_are_refused(loaded):
         loaded.signatures["score_examples"](examples=tf.constant(examples))
     with pytest.raises(tf.errors.InvalidArgumentError, match="score_features: a request may hold"):
         loaded.signatures["score_features"](features=tf.zeros([3, 30, NUM_FEATURES]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{export.MASKED}: a request may hold"):
+        loaded.signatures[export.MASKED](features=tf.zeros([3, 30, NUM_FEATURES]),
+                                         mask=tf.ones([3, 30], tf.bool))
 
 
 def _protobuf_lists(features, context=None, extra=None):
@@ -582,7 +593,7 @@ def _read_canonical(strings, lists):
     import tensorflow as tf
 
     fits, features, mask = export._read_canonical(tf.constant(strings, tf.string), NUM_FEATURES,
-                                                  lists, MAX_DOCUMENTS)
+                                                  lists, export._Bounds(MAX_DOCUMENTS, None))
     return bool(fits), features.numpy(), mask.numpy()
 
 

@@ -4,6 +4,7 @@ The runner is compiled once per source, TensorFlow wheel and compiler into `cpp_
 kept across runs; these tests are skipped only where no C++ compiler is found.
 """
 
+import math
 import os
 
 import keras
@@ -14,7 +15,7 @@ import cpp_loader
 from tfapprox import export
 from tfapprox.data import records
 from tfapprox.ensemble import ScoreEnsemble
-from tfapprox.models import DNNScorer, build_scorer
+from tfapprox.models import MAX_ATTENTION_PAIRS, DNNScorer, build_scorer
 
 NUM_FEATURES = 7
 SHAPES = ((1, 1), (4, 10), (16, 100), (0, 0))  # (lists, documents per list); the last: empty
@@ -67,13 +68,19 @@ MODELS = {
                                                     input_transform="quantile",
                                                     list_standardize=True), 5), 4),
     # two scorers' scores, each standardised by constants fitted to random lists (they travel
-    # as weights, with the members' own, quantiles included)
+    # as weights, with the members' own, quantiles included); the second member's inputs are
+    # also standardised within their list
     "ensemble": lambda: ScoreEnsemble([_fitted(build_scorer("B64"), 6),
                                        _fitted(_adapted(build_scorer("B64", input_transform=
-                                                                     "quantile"), 7), 8)])
+                                                                     "quantile",
+                                                                     list_standardize=True), 7),
+                                               8)])
     .adapt([{"features": _features(8, 6, seed=9), "mask": np.ones((8, 6), bool)}]),
 }
-INTERACTING = {"dasalc"}  # scorers whose documents meet: a document's score depends on its list
+# Scorers whose documents meet (a document's score depends on its list), and those among them
+# whose documents attend to each other.
+INTERACTING = {"dasalc", "ensemble"}
+ATTENDING = {"dasalc"}
 # Signatures that take one document a string: each document is scored as a list of its own.
 DOCUMENT_SIGNATURES = ("score_examples", export.REGRESS)
 
@@ -173,6 +180,15 @@ def test_warmup_requests_run(served):
          "score_features: feature values must be finite"),
         ("score_features", {"examples": np.array([b""], dtype=object)},
          "signature score_features has no input examples"),
+        (export.MASKED, {"features": np.ones((2, 3, NUM_FEATURES), "float32"),
+                         "mask": np.ones((2, 4), bool)},
+         r"expects a bool mask \[batch, list\].*received mask shape\] \[2 4\].*\[2 3\]"),
+        (export.MASKED, {"features": np.ones((2, 3, NUM_FEATURES), "float32"),
+                         "mask": np.ones(6, bool)},
+         r"expects a bool mask \[batch, list\].*received mask shape\] \[6\]"),
+        (export.MASKED, {"features": np.ones((2, 3, NUM_FEATURES), "float32"),
+                         "mask": np.ones((2, 3), "float32")},
+         r"Expects arg\[1\] to be bool but float is provided"),
     ],
 )
 def test_malformed_requests_get_an_error_status(served, signature, inputs, message):
@@ -252,3 +268,59 @@ def test_grpc_requests_run_through_the_cpp_loader(served, qid):
             np.testing.assert_allclose(scores.reshape(-1), expected, atol=1e-5)
     np.testing.assert_allclose(np.concatenate(regressed),
                                _expected(signatures, features, export.REGRESS), atol=1e-5)
+
+
+def _zero_padded(lengths, seed):
+    """Returns `(features [B, L, F], mask [B, L])`: random lists of `lengths` padded with zeros
+    to the longest, as a client pads them for `score_features`."""
+    mask = np.arange(max(lengths)) < np.array(lengths)[:, None]
+    features = _features(len(lengths), max(lengths), seed)
+    features[~mask] = 0.0
+    return features, mask
+
+
+def test_padded_lists_sent_with_their_mask_score_as_unpadded_lists(served):
+    _, _, loader = served
+    features, mask = _zero_padded((3, 5, 1), seed=11)
+    outputs, _ = loader.run(export.MASKED, {"features": features, "mask": mask})
+    scores = outputs["scores"]
+    assert scores.shape == mask.shape and not scores[~mask].any()
+    for row, real in zip(range(len(mask)), mask):
+        alone, _ = loader.run("score_features", {"features": features[row : row + 1, real]})
+        np.testing.assert_allclose(scores[row, real], alone["scores"][0], atol=1e-5)
+
+
+def test_zero_padded_lists_without_a_mask_are_refused_by_list_dependent_models(served, request):
+    _, _, loader = served
+    features, mask = _zero_padded((3, 5), seed=12)
+    if request.node.callspec.params["served"] in INTERACTING:
+        with pytest.raises(cpp_loader.CppError, match=(
+                "score_features: this model scores each document in the context of its list.*"
+                rf"Send padded lists to {export.MASKED} with `mask`.*Lists ending so:\] \[1\]")):
+            loader.run("score_features", {"features": features})
+    else:  # each document is scored on its own: padding may hold anything
+        padded, _ = loader.run("score_features", {"features": features})
+        masked, _ = loader.run(export.MASKED, {"features": features, "mask": mask})
+        np.testing.assert_allclose(padded["scores"][mask], masked["scores"][mask], atol=1e-5)
+
+
+# One list this long is within the documents' bound (MAX_DOCUMENTS) but its pairs, LONG², are not
+# within the default bound of a model whose documents attend to each other.
+LONG = math.isqrt(MAX_ATTENTION_PAIRS) + 1
+LIST_SIGNATURES = ("serving_default", "score_features", export.MASKED, export.PREDICT)
+
+
+def test_attention_is_bounded_by_the_pairs_of_a_request(served, request):
+    _, _, loader = served
+    assert LONG <= export.MAX_DOCUMENTS
+    requests = cpp_loader.signature_requests(_features(1, LONG, seed=13))
+    for signature in LIST_SIGNATURES:
+        if request.node.callspec.params["served"] in ATTENDING:
+            with pytest.raises(cpp_loader.CppError, match=(
+                    rf"{signature}: the documents of a list attend to each other in this model, "
+                    rf"so a request may hold at most {MAX_ATTENTION_PAIRS} document pairs.*"
+                    rf"this one: 1 lists of up to {LONG} documents")):
+                loader.run(signature, requests[signature])
+        else:
+            outputs, _ = loader.run(signature, requests[signature])
+            assert next(iter(outputs.values())).shape == (1, LONG)

@@ -1,4 +1,4 @@
-"""SavedModel export for TF Serving: five scoring signatures, written atomically.
+"""SavedModel export for TF Serving: six scoring signatures, written atomically.
 
 `export_saved_model(model, base_dir, name, num_features)` writes `base_dir/name/<version>/`, the
 layout TF Serving watches (`--model_base_path=base_dir/name`). The SavedModel holds:
@@ -8,6 +8,8 @@ layout TF Serving watches (`--model_base_path=base_dir/name`). The SavedModel ho
 | `serving_default` | `elwc`: string [batch], serialized        | float32 [batch, list],  |
 |                   | ExampleListWithContext (TF-Ranking's)     | 0 on padded slots       |
 | `score_features`  | `features`: float32 [batch, list, F]      | float32 [batch, list]   |
+| `score_features_  | `features` as above and `mask`: bool      | float32 [batch, list],  |
+|  masked`          | [batch, list], True on real documents     | 0 where mask is False   |
 | `score_examples`  | `examples`: string [n], serialized        | float32 [n]             |
 |                   | tf.Example, one document each             |                         |
 
@@ -28,16 +30,18 @@ model is loadable with `tf.saved_model.load` without tfapprox installed.
 also checks the shape in the graph, since TF Serving feeds a tensor without comparing its shape with
 the signature's: a request of another rank (`[batch, F]`, a missing nesting level, is an easy REST
 mistake) or feature count fails with a message naming the expected `[batch, list, F]` and the
-received shape, rather than with an error deep in the network. Every valid slot is scored: the
-scores are per document, so a client pads short lists with any finite values and ignores their
-scores. An empty batch gets empty scores from every signature.
+received shape, rather than with an error deep in the network. Every slot is scored: for a scorer
+that scores each document on its own, a client pads short lists with any finite values and ignores
+their scores. An empty batch gets empty scores from every signature.
 
-A scorer whose documents meet (DASALC's self-attention over the list, `tfapprox.models.
-DocumentInteraction`, or features standardised within the list, `list_standardize=True`) scores
-each document in the context of its list. Its signatures are the
-same, but send whole lists: ELWCs to `serving_default` and `predict`, and to `score_features` lists
-without padding (every slot there is a document, so padding would join the list);
-`score_examples` and `regress` score each document as a list of its own.
+A scorer whose documents meet (`tfapprox.models.scores_depend_on_list`: DASALC's self-attention
+over the list, `tfapprox.models.DocumentInteraction`, or features standardised within the list,
+`list_standardize=True`, or an ensemble holding either) scores each document in the context of its
+list. Its signatures are the same, but padding must not join a list: ELWCs to `serving_default` and
+`predict` are whole lists, `score_features_masked` leaves out the slots its `mask` marks as
+padding, and `score_features`, whose every slot is a document, refuses lists ending in an
+all-zero document as zero padding does (`_refuse_padded_lists`); `score_examples` and `regress`
+score each document as a list of its own.
 
 Bad requests get an InvalidArgumentError naming the signature, and neither the error nor the
 server's log quotes the request's bytes:
@@ -52,7 +56,9 @@ server's log quotes the request's bytes:
 - a per_feature document holding none of the keys "1".."F" (a vector-layout one, say);
 - more than `max_documents` documents, counting the slots that pad each list to the longest: a
   `serving_default` request is scored as one [lists, longest list, F] grid, so the bound is checked
-  before that grid is made and bounds the memory one request takes.
+  before that grid is made and bounds the memory one request takes; for a model whose documents
+  attend to each other (`tfapprox.models.attends_within_lists`), whose attention holds [lists,
+  heads, L, L] grids, also more than `max_pairs` document pairs, lists x longest list².
 Requests in the layout that `tfapprox.data.records` and protobuf write for documents holding only
 `"features"` (no context features, no labels) are read as bytes (`_read_canonical`), after checks
 that cannot fail; any other request is parsed once, by tf.data's Example parser inside the graph
@@ -84,21 +90,26 @@ import re
 import shutil
 import socket
 import uuid
+from typing import NamedTuple
 
 import keras
 import numpy as np
 
 from tfapprox.files import remove_abandoned
+from tfapprox.models import MAX_ATTENTION_PAIRS, attends_within_lists, scores_depend_on_list
 
 __all__ = [
-    "MAX_DOCUMENTS", "PREDICT", "REGRESS", "SIGNATURES", "export_saved_model", "next_version"
+    "MASKED", "MAX_DOCUMENTS", "PREDICT", "REGRESS", "SIGNATURES", "export_saved_model",
+    "next_version"
 ]
 
 # TF-Ranking's signature names (tfr.keras.saved_model.Signatures), which are TF Serving's method
 # names: clients written for TF-Ranking models, and TF Serving's Regress API, use them.
 PREDICT = "tensorflow/serving/predict"
 REGRESS = "tensorflow/serving/regress"
-SIGNATURES = ("serving_default", "score_features", "score_examples", PREDICT, REGRESS)
+# Dense features with a mask: padded lists for a model whose scores depend on the list.
+MASKED = "score_features_masked"
+SIGNATURES = ("serving_default", "score_features", MASKED, "score_examples", PREDICT, REGRESS)
 
 
 def next_version(model_dir):
@@ -118,7 +129,7 @@ def _is_version(name):
     return re.fullmatch(r"[0-9]+", name) is not None
 
 
-def _check_arguments(name, num_features, version, example_layout, max_documents):
+def _check_arguments(name, num_features, version, example_layout, max_documents, max_pairs):
     from tfapprox.data import records
 
     if not isinstance(name, str) or not name or name.startswith(".") or os.sep in name or (
@@ -139,12 +150,9 @@ def _check_arguments(name, num_features, version, example_layout, max_documents)
             f"version must be None or a non-negative integer (TF Serving versions are integers); "
             f"received version={version!r}."
         )
-    if isinstance(max_documents, bool) or not isinstance(max_documents, (int, np.integer)) or (
-        max_documents < 1
-    ):
-        raise ValueError(
-            f"max_documents must be a positive integer; received max_documents={max_documents!r}."
-        )
+    for bound, value in (("max_documents", max_documents), ("max_pairs", max_pairs)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{bound} must be a positive integer; received {bound}={value!r}.")
     if example_layout not in records.EXAMPLE_LAYOUTS:
         raise ValueError(
             f"example_layout must be one of {records.EXAMPLE_LAYOUTS}; "
@@ -330,12 +338,15 @@ def _assert_finite(signature, features, finite, unit):
         return tf.identity(features)
 
 
-def _assert_at_most(signature, max_documents, lists, length, tensor, in_lists=True):
+def _assert_at_most(signature, bounds, lists, length, tensor, in_lists=True):
     """Returns `tensor` once `lists` x `length` (the documents of a request, counting the slots
-    that pad each list to the longest) is at most `max_documents`, else fails saying so."""
+    that pad each list to the longest) is at most `bounds.documents`, and, for lists of a model
+    whose documents attend to each other, `lists` x `length`² at most `bounds.pairs`, else fails
+    saying so."""
     import tensorflow as tf
 
     lists, length = tf.cast(lists, tf.int64), tf.cast(length, tf.int64)
+    max_documents = bounds.documents
     received = (
         tf.strings.format("this one: {} lists of up to {} documents", (lists, length))
         if in_lists
@@ -352,7 +363,21 @@ def _assert_at_most(signature, max_documents, lists, length, tensor, in_lists=Tr
             ])
         ],
     )
-    with tf.control_dependencies([check]):
+    checks = [check]
+    if in_lists and bounds.pairs is not None:
+        checks.append(tf.debugging.Assert(
+            lists * length * length <= bounds.pairs,
+            [
+                tf.strings.join([
+                    f"{signature}: the documents of a list attend to each other in this model, "
+                    f"so a request may hold at most {bounds.pairs} document pairs, lists x "
+                    "longest list² (max_pairs, set at export); ",
+                    received,
+                    ". Send a long list in a request of its own, or shorter lists.",
+                ])
+            ],
+        ))
+    with tf.control_dependencies(checks):
         return tf.identity(tensor)
 
 
@@ -404,15 +429,16 @@ def _canonical_header(num_features, in_list):
     return header
 
 
-def _read_canonical(requests, num_features, lists, max_documents):
+def _read_canonical(requests, num_features, lists, bounds):
     """Returns `(fits, features [B, L, F], mask [B, L])` for `requests` [B]: whether every string
     is canonical (ELWCs of canonical documents if `lists`, else one canonical tf.Example each; see
     above), and the features and mask they hold if so (anything otherwise).
 
     Only ops that cannot fail, whatever the bytes, run here. Lists of different lengths are
     padded: L is the longest string's length divided by a document's, so the grid holds at most
-    B times the longest string's bytes; when B x L exceeds `max_documents` no grid is read and
-    `fits` is False (the parser's path then refuses the request).
+    B times the longest string's bytes; when B x L exceeds `bounds.documents` (or B x L² exceeds
+    `bounds.pairs`, when set) no grid is read and `fits` is False (the parser's path then refuses
+    the request).
     """
     import tensorflow as tf
 
@@ -425,12 +451,15 @@ def _read_canonical(requests, num_features, lists, max_documents):
         tails = tf.strings.substr(requests, bodies, sizes - bodies)
         fits = tf.reduce_all(tf.reduce_any(tf.equal(tails[:, None], _CONTEXTS), axis=1))
         length = tf.reduce_max(tf.concat([counts, [0]], axis=0))
-        within = tf.cast(tf.size(requests), tf.int64) * tf.cast(length, tf.int64) <= max_documents
+        documents = tf.cast(tf.size(requests), tf.int64) * tf.cast(length, tf.int64)
+        within = documents <= bounds.documents
+        if bounds.pairs is not None:
+            within &= documents * tf.cast(length, tf.int64) <= bounds.pairs
         fits &= within
         length = tf.where(within, length, 0)
         mask = tf.sequence_mask(counts, length)
     else:
-        fits = tf.reduce_all(tf.equal(sizes, width)) & (tf.size(requests) <= max_documents)
+        fits = tf.reduce_all(tf.equal(sizes, width)) & (tf.size(requests) <= bounds.documents)
         length, mask = 1, tf.ones([tf.size(requests), 1], tf.bool)
     # Row b: the first `length` documents' bytes of string b, zeros past its end (DecodePaddedRaw
     # refuses a fixed_length of 0: one document more is decoded when all lists are empty).
@@ -445,19 +474,52 @@ def _read_canonical(requests, num_features, lists, max_documents):
     return fits, tf.bitcast(values, tf.float32), mask
 
 
-def _build_archive(model, num_features, example_layout, max_documents):
-    """Returns a `keras.export.ExportArchive` holding the five scoring signatures."""
+def _runtime_rank(shape):
+    """Returns the length of `shape` counted at run time: tf.rank or tf.size(shape) would be
+    folded into the declared rank by the graph optimiser, while TF Serving feeds tensors of any
+    rank."""
+    import tensorflow as tf
+
+    return tf.math.count_nonzero(shape >= 0, dtype=tf.int32)
+
+
+def _refuse_padded_lists(features):
+    """Returns `features` [B, L, F] unless a list of more than one document ends in one whose
+    features are all 0, as zero padding does; fails saying how to send padded lists then."""
+    import tensorflow as tf
+
+    last_is_zero = tf.reduce_all(tf.equal(features[:, -1:], 0.0), axis=[1, 2])
+    padded = last_is_zero & (tf.shape(features)[1] > 1)
+    check = tf.debugging.Assert(
+        tf.logical_not(tf.reduce_any(padded)),
+        [
+            "score_features: this model scores each document in the context of its list (its "
+            "documents attend to each other, or features are standardised within the list), "
+            "and some lists end in a document whose features are all 0, as zero padding does: "
+            "padding would join the list and change the scores of the real documents. Send padded "
+            f"lists to {MASKED} with `mask` [batch, list] (True on real documents), or lists "
+            "without padding. Lists ending so:",
+            tf.reduce_sum(tf.cast(padded, tf.int32)),
+        ],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(features)
+
+
+def _build_archive(model, num_features, example_layout, bounds):
+    """Returns a `keras.export.ExportArchive` holding the six scoring signatures."""
     import tensorflow as tf
 
     from tfapprox.data import records
 
     spec = _document_spec(num_features, example_layout)
+    depends_on_list = scores_depend_on_list(model)
 
     def score(signature, features, mask, lists=True):
         """Returns the scores [B, L] of `features`, 0 on padded slots, after checking that B x L is
-        within `max_documents`; fails if a real document's score is NaN or infinite."""
+        within `bounds`; fails if a real document's score is NaN or infinite."""
         shape = tf.shape(mask)
-        features = _assert_at_most(signature, max_documents, shape[0], shape[1], features, lists)
+        features = _assert_at_most(signature, bounds, shape[0], shape[1], features, lists)
         scores = model({"features": features, "mask": mask}, training=False)
         scores = tf.cast(tf.reshape(scores, shape), tf.float32)
         finite = tf.math.is_finite(scores) | ~mask
@@ -485,9 +547,7 @@ def _build_archive(model, num_features, example_layout, max_documents):
                 longest = _quietly(
                     lambda r: tf.reduce_max(records.decode_elwc(r)[1]), batch, tf.constant(0)
                 )
-                batch = _assert_at_most(
-                    signature, max_documents, tf.size(requests), longest, batch
-                )
+                batch = _assert_at_most(signature, bounds, tf.size(requests), longest, batch)
             parsed = _parse_or_explain(documents, batch, spec, wrong_proto)
             features, real = _checked_documents(signature, parsed, num_features, example_layout)
             grid = [tf.size(batch), -1 if lists else 1]
@@ -495,7 +555,7 @@ def _build_archive(model, num_features, example_layout, max_documents):
             return (features[:-1], real[:-1]) if lists else (features, real)
 
         if example_layout == "vector":
-            fits, features, mask = _read_canonical(requests, num_features, lists, max_documents)
+            fits, features, mask = _read_canonical(requests, num_features, lists, bounds)
             features, mask = tf.cond(fits, lambda: (features, mask), parse_safely)
         else:
             features, mask = parse_safely()
@@ -524,26 +584,54 @@ def _build_archive(model, num_features, example_layout, max_documents):
         features, mask = parse(signature, examples, tf.identity, wrong_proto, lists=False)
         return score(signature, features, mask, lists=False)[:, 0]
 
-    def score_features(features):
+    def checked_features(signature, features):
+        """Returns `features` once they are [batch, list, F] and finite where `mask` is True."""
         received = tf.shape(features)
-        # The rank counted at run time: tf.rank or tf.size(received) would be folded into the
-        # declared rank, 3, by the graph optimiser, while TF Serving feeds tensors of any rank.
-        rank = tf.math.count_nonzero(received >= 0, dtype=tf.int32)
         check = tf.debugging.Assert(
-            tf.equal(rank, 3) & tf.reduce_any(tf.equal(received[2:], num_features)),
+            tf.equal(_runtime_rank(received), 3)
+            & tf.reduce_any(tf.equal(received[2:], num_features)),
             [
-                f"score_features expects float32 features [batch, list, {num_features}]; "
+                f"{signature} expects float32 features [batch, list, {num_features}]; "
                 "received shape",
                 received,
             ],
             summarize=8,
         )
         with tf.control_dependencies([check]):
-            features = tf.identity(features)
+            return tf.identity(features)
+
+    def score_features(features):
+        features = checked_features("score_features", features)
         finite = tf.reduce_all(tf.math.is_finite(features), axis=2)
         features = _assert_finite("score_features", features, finite, "documents")
+        if depends_on_list:
+            features = _refuse_padded_lists(features)
         mask = tf.ones(tf.shape(features)[:2], dtype=tf.bool)
         return {"scores": score("score_features", features, mask)}
+
+    def score_features_masked(features, mask):
+        features = checked_features(MASKED, features)
+        received, grid = tf.shape(mask), tf.shape(features)[:2]
+        fits = tf.equal(_runtime_rank(received), 2) & tf.reduce_all(
+            tf.equal(tf.pad(received, [[0, 2]])[:2], grid)
+        )
+        check = tf.debugging.Assert(
+            fits,
+            [
+                f"{MASKED} expects a bool mask [batch, list], the first two dimensions "
+                "of the features, True on real documents; received mask shape",
+                received,
+                "for features [batch, list]",
+                grid,
+            ],
+            summarize=8,
+        )
+        with tf.control_dependencies([check]):
+            mask = tf.identity(mask)
+        finite = tf.reduce_all(tf.math.is_finite(features), axis=2) | ~mask
+        features = _assert_finite(MASKED, features, finite, "documents")
+        features = tf.where(mask[:, :, None], features, 0.0)
+        return {"scores": score(MASKED, features, mask)}
 
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -556,6 +644,14 @@ def _build_archive(model, num_features, example_layout, max_documents):
         "score_features",
         score_features,
         [tf.TensorSpec([None, None, num_features], tf.float32, name="features")],
+    )
+    archive.add_endpoint(
+        MASKED,
+        score_features_masked,
+        [
+            tf.TensorSpec([None, None, num_features], tf.float32, name="features"),
+            tf.TensorSpec([None, None], tf.bool, name="mask"),
+        ],
     )
     archive.add_endpoint(
         "score_examples",
@@ -582,27 +678,31 @@ _WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 _WARMUP_SIZES = ((1, 1), (4, 10))
 
 
-def _warmup_requests(num_features, example_layout, max_documents):
-    """Yields `(signature, inputs)`: every signature at each of `_WARMUP_SIZES` within
-    `max_documents`, all features 0, documents in `example_layout`."""
+def _warmup_requests(num_features, example_layout, bounds):
+    """Yields `(signature, inputs)`: every signature at each of `_WARMUP_SIZES` within `bounds`,
+    all features 1 (0 would look like padding to `_refuse_padded_lists`), documents in
+    `example_layout`."""
     from tfapprox.data import records
     from tfapprox.data.records import _field, _map_entry_bytes
 
-    # A per_feature document: Example.features {"1": float_list [0.0]} (the others read as 0).
-    zero = _field(1, _map_entry_bytes("1", _field(2, _field(1, bytes(4)))))
+    # A per_feature document: Example.features {"1": float_list [1.0]} (the others read as 0).
+    one = _field(1, _map_entry_bytes("1", _field(2, _field(1, np.float32(1).tobytes()))))
     for lists, documents in _WARMUP_SIZES:
-        if lists * documents > max_documents:
+        if lists * documents > bounds.documents or (
+            bounds.pairs is not None and lists * documents**2 > bounds.pairs
+        ):
             continue
-        features = np.zeros((lists, documents, num_features), "float32")
+        features = np.ones((lists, documents, num_features), "float32")
         if example_layout == "vector":
             elwc = [records.encode_elwc(list_features) for list_features in features]
             examples = records.encode_examples(features.reshape(-1, num_features))
         else:
-            elwc = [_field(1, zero) * documents] * lists
-            examples = [zero] * (lists * documents)
+            elwc = [_field(1, one) * documents] * lists
+            examples = [one] * (lists * documents)
         elwc, examples = np.array(elwc, dtype=object), np.array(examples, dtype=object)
         yield "serving_default", {"elwc": elwc}
         yield "score_features", {"features": features}
+        yield MASKED, {"features": features, "mask": np.ones((lists, documents), bool)}
         yield "score_examples", {"examples": examples}
         yield PREDICT, {"inputs": elwc}
         yield REGRESS, {"inputs": examples}
@@ -646,9 +746,17 @@ def _write_warmup_requests(saved_model_dir, *arguments):
 MAX_DOCUMENTS = 100_000
 
 
+class _Bounds(NamedTuple):
+    """What one request may hold: `documents`, padding counted, and for a model whose documents
+    attend to each other `pairs`, lists x longest list² (None for other models)."""
+
+    documents: int
+    pairs: int | None
+
+
 def export_saved_model(
     model, base_dir, name, num_features, version=None, *, example_layout="vector",
-    max_documents=MAX_DOCUMENTS,
+    max_documents=MAX_DOCUMENTS, max_pairs=MAX_ATTENTION_PAIRS,
 ):
     """Returns the path `base_dir/name/<version>` of a TF Serving SavedModel, written atomically.
 
@@ -666,6 +774,10 @@ def export_saved_model(
         max_documents: The most documents one request may hold, counting the slots that pad
             every list of a `serving_default` request to its longest; a larger request is
             refused with an error saying so. It bounds the memory one request can take.
+        max_pairs: For a model whose documents attend to each other (DASALC's
+            `DocumentInteraction`, any `MultiHeadAttention` inside), the most document pairs one
+            request may hold, lists x longest list² (each attention block holds [lists, heads,
+            L, L] grids); a larger request is refused before any grid is made.
 
     Raises:
         ValueError: for invalid arguments, or a model that cannot score F features.
@@ -678,7 +790,7 @@ def export_saved_model(
             f"{keras.backend.backend()!r}. Save the model with model.save('scorer.keras') and "
             "export it from a process run with KERAS_BACKEND=tensorflow."
         )
-    _check_arguments(name, num_features, version, example_layout, max_documents)
+    _check_arguments(name, num_features, version, example_layout, max_documents, max_pairs)
     num_features = int(num_features)
     _check_model_accepts(model, num_features)
 
@@ -702,10 +814,12 @@ def export_saved_model(
     )
     os.mkdir(staging)
     try:
-        _build_archive(model, num_features, example_layout, max_documents).write_out(
+        bounds = _Bounds(int(max_documents),
+                         int(max_pairs) if attends_within_lists(model) else None)
+        _build_archive(model, num_features, example_layout, bounds).write_out(
             staging, verbose=False
         )
-        _write_warmup_requests(staging, num_features, example_layout, max_documents)
+        _write_warmup_requests(staging, num_features, example_layout, bounds)
         if os.path.lexists(target):
             raise FileExistsError(
                 f"Version {version} of model {name!r} appeared during export: {target}"

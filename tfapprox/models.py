@@ -21,6 +21,8 @@ R. K. Pasumarthi, X. Wang, M. Bendersky, M. Najork. "Are Neural Rankers still Ou
 Gradient Boosted Decision Trees?". ICLR 2021.
 """
 
+import math
+
 import keras
 from keras import ops
 
@@ -31,7 +33,11 @@ __all__ = [
     "DocumentInteraction",
     "MaskedBatchNormalization",
     "QuantileTransform",
+    "MAX_ATTENTION_PAIRS",
+    "attends_within_lists",
     "build_scorer",
+    "check_attention_pairs",
+    "scores_depend_on_list",
     "standardize_within_lists",
     "symmetric_log1p",
 ]
@@ -420,6 +426,47 @@ class DocumentInteraction(keras.layers.Layer):
             "heads": self.heads,
             "dropout": self.dropout,
         }
+
+
+# The default bound on the document pairs (lists × L², L the padded list length) one call of a
+# model whose documents attend to each other may take: each attention block holds [lists, heads,
+# L, L] grids (docs/benchmarks.md measures DASALC's memory by list length).
+MAX_ATTENTION_PAIRS = 2**26
+
+
+def _sublayers(model):
+    """Yields `model` and every layer inside it, at any depth."""
+    return model._flatten_layers(include_self=True, recursive=True)
+
+
+def attends_within_lists(model):
+    """Whether documents of a list attend to each other in `model` (a `MultiHeadAttention` at any
+    depth, as in `DocumentInteraction`), so one list of L documents costs O(L²) memory."""
+    return any(isinstance(layer, keras.layers.MultiHeadAttention) for layer in _sublayers(model))
+
+
+def scores_depend_on_list(model):
+    """Whether a document's score from `model` depends on the other documents of its list: they
+    attend to each other (`attends_within_lists`), or a `DNNScorer` inside standardises features
+    within the list (`list_standardize`), as in an ensemble holding such a scorer."""
+    return attends_within_lists(model) or any(
+        getattr(layer, "list_standardize", False) for layer in _sublayers(model)
+    )
+
+
+def check_attention_pairs(model, lists, length, max_pairs, where, advice=""):
+    """Raises ValueError, naming `where` (and ending with `advice`), if `model`'s documents attend
+    to each other and `lists` lists of `length` documents exceed `max_pairs` document pairs
+    (lists × length²)."""
+    pairs = lists * length * length
+    if pairs > max_pairs and attends_within_lists(model):
+        longest = math.isqrt(max_pairs // lists)
+        raise ValueError(
+            f"{where}: lists of {length} documents, {lists} at a time, are "
+            f"{lists} × {length}² = {pairs} document pairs for the model's attention over "
+            f"each list, above the bound of {max_pairs} pairs; lists of at most {longest} "
+            f"documents fit ({lists} at a time){': use ' + advice if advice else ''}"
+        )
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")

@@ -42,6 +42,7 @@ _FLAG_KEYS = {
     "optimizer": "optimizer.name",
     "learning_rate": "optimizer.learning_rate",
     "batch_size": "train.batch_size",
+    "max_pairs": "train.max_pairs",
     "epochs": "train.epochs",
     "seed": "train.seed",
     "select_metric": "train.select_metric",
@@ -165,6 +166,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--optimizer", choices=config_lib.OPTIMIZERS)
     g.add_argument("--learning-rate", "--lr", type=float)
     g.add_argument("--batch-size", type=int, help="lists per step, across all replicas")
+    g.add_argument("--max-pairs", type=int,
+                   help="models whose documents attend to each other (dasalc): most document "
+                   "pairs, lists × list length², one training batch and one serving request may "
+                   "hold (default: tfapprox.models.MAX_ATTENTION_PAIRS)")
     g.add_argument("--epochs", type=int)
     g.add_argument("--seed", type=int)
     g.add_argument("--select-metric", help="validation metric for model selection and early "

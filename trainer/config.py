@@ -89,6 +89,10 @@ class TrainConfig:
         default_factory=lambda: ["ndcg@1", "ndcg@5", "ndcg@10", "map", "p@10", "mrr"]
     )
     run_dir: str = "runs/demo"  # checkpoint, TensorBoard logs, results.json
+    # A model whose documents attend to each other (dasalc): the most document pairs, lists × L²,
+    # one training batch and one exported serving request may hold; None: the package's default
+    # (tfapprox.models.MAX_ATTENTION_PAIRS).
+    max_pairs: int | None = None
 
 
 @dataclasses.dataclass
@@ -249,6 +253,7 @@ def validate(config: Config) -> None:
         (config.train.batch_size >= 1, "train.batch_size", config.train.batch_size, ">= 1"),
         (config.train.epochs >= 1, "train.epochs", config.train.epochs, ">= 1"),
         (config.train.patience >= 0, "train.patience", config.train.patience, ">= 0"),
+        (config.train.max_pairs is None or config.train.max_pairs >= 1, "train.max_pairs", config.train.max_pairs, ">= 1 or null"),
         (0.0 <= config.model.dropout < 1.0, "model.dropout", config.model.dropout, "in [0, 1)"),
         (config.data.list_size is None or config.data.list_size >= 2, "data.list_size", config.data.list_size, ">= 2 (one document has nothing to rank against) or null"),
         (config.data.num_features is None or config.data.num_features >= 1, "data.num_features", config.data.num_features, ">= 1 or null"),

@@ -46,7 +46,7 @@ _RESUMABLE_CHANGES = (
     "train.epochs", "train.patience", "train.run_dir", "export", "runtime.strategy", "runtime.jit",
     "runtime.backend",
     "data.cache_dir", "data.num_features", "data.dir", "data.train", "data.vali", "data.test", "cv",
-    "train.metrics",
+    "train.metrics", "train.max_pairs",
 )
 
 
@@ -103,6 +103,7 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
         say("Note: with --jit, whole lists and --buckets 0, XLA compiles once per padded list length")
     run_dir = Path(config.train.run_dir)
     built = _build(config, splits.num_features, dist)
+    _check_attention_fits(config, built.model, splits)
     state, best_weights = _start_or_resume(config, run_dir, fresh, built, splits, dist, say)
     if best_weights is None:  # a new run: a resumed one restored its input quantiles
         _adapt_inputs(built, splits, say)
@@ -367,8 +368,9 @@ def export(eval_model: keras.Model, config: Config, num_features: int) -> Path:
     """Writes `eval_model` as a TF Serving SavedModel; returns `base_dir/name/version`."""
     from tfapprox.export import export_saved_model
 
-    bound = {} if config.export.max_documents is None else {
-        "max_documents": config.export.max_documents}
+    bound = {key: value for key, value in (("max_documents", config.export.max_documents),
+                                           ("max_pairs", config.train.max_pairs))
+             if value is not None}
     return Path(export_saved_model(
         eval_model, config.export.base_dir, config.export.name, num_features,
         version=config.export.version, **bound,
@@ -479,6 +481,23 @@ def metrics_table(results: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+
+
+def _check_attention_fits(config: Config, model: keras.Model, splits: data.Splits) -> None:
+    """Raises ValueError if `model` attends over lists and a training batch of the longest lists
+    would exceed `train.max_pairs` document pairs (lists × L²)."""
+    from tfapprox import models
+    from tfapprox.data.dataset import list_lengths
+
+    if not models.attends_within_lists(model):
+        return
+    length = config.data.list_size or int(
+        max(list_lengths(splits.train, splits.num_features), default=0))
+    models.check_attention_pairs(
+        model, min(config.train.batch_size, splits.num_train_lists), length,
+        config.train.max_pairs or models.MAX_ATTENTION_PAIRS,
+        where="training", advice="shorter lists (--list-size), a smaller --batch-size or a larger "
+        "--max-pairs")
 
 
 def _build(config: Config, num_features: int, dist: distribute.Distribution,

@@ -35,9 +35,10 @@ pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
 WORDS = ["the", "cat", "sat", "on", "mat", "dog"]
 SITES = [7, 11, 13]
 HIDDEN = (8, 4)
-SCORERS = {  # as in test_models.py: Bruch et al.'s, and documents meeting through attention
-    "bruch": {},
+SCORERS = {  # as in test_models.py: Bruch et al.'s, and documents meeting through attention or
+    "bruch": {},  # their list's moments
     "interacting": {"attention_layers": 1, "attention_heads": 2, "attention_units": 8},
+    "list_standardized": {"list_standardize": True},
 }
 
 

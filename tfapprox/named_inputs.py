@@ -200,8 +200,8 @@ class FeatureLookup(keras.layers.Layer):
     the same vocabulary file share one lookup. A token list (`length: null`) may come ragged
     (`[B, None]` context, `[B, L, None]` document; padded by its row lengths), sparse (a
     `VarLenFeature`) or dense, padded with `""` (strings) or 0 (int64); the output pads it with
-    id 0. Numeric features pass
-    through as float32, the mask (`spec.mask_feature_name`) as bool; other keys are dropped.
+    id 0. Numeric features pass through as float32, the mask (`spec.mask_feature_name`) as bool;
+    other keys are dropped.
 
     Args:
         spec: A `FeatureSpec` or its JSON form.
@@ -254,23 +254,14 @@ class FeatureLookup(keras.layers.Layer):
             if not feature.categorical:
                 outputs[feature.name] = tf.cast(value, tf.float32)
                 continue
-            lookup = self.lookups[self._lookup_of[feature.vocabulary]]
-
-            def ids(values):
-                # the lookup's 0 (out of vocabulary) becomes OOV_ID; the vocabulary starts at 2
-                if feature.dtype == "int64":
-                    values = tf.cast(values, tf.int64)
-                return tf.cast(lookup(values), tf.int32) + OOV_ID
-
             if isinstance(value, tf.RaggedTensor):
-                outputs[feature.name] = value.with_flat_values(ids(value.flat_values)).to_tensor(
-                    PAD_ID)
+                outputs[feature.name] = value.with_flat_values(
+                    self._ids(feature, value.flat_values)).to_tensor(PAD_ID)
             elif isinstance(value, tf.SparseTensor):  # a VarLenFeature
-                outputs[feature.name] = tf.sparse.to_dense(
-                    tf.SparseTensor(value.indices, ids(value.values), value.dense_shape), PAD_ID)
+                outputs[feature.name] = tf.sparse.to_dense(tf.SparseTensor(
+                    value.indices, self._ids(feature, value.values), value.dense_shape), PAD_ID)
             else:
-                value = tf.convert_to_tensor(value)
-                found = ids(value)
+                found = self._ids(feature, value)
                 if feature.length is None:  # dense token lists, padded with "" or 0
                     found = tf.where(value == tf.zeros_like(value), PAD_ID, found)
                 outputs[feature.name] = found
@@ -278,6 +269,16 @@ class FeatureLookup(keras.layers.Layer):
             outputs[self.spec.mask_feature_name] = tf.cast(inputs[self.spec.mask_feature_name],
                                                            tf.bool)
         return outputs
+
+    def _ids(self, feature, values):
+        """The ids of `values`: the lookup's 0 (out of vocabulary) becomes OOV_ID, the vocabulary
+        starts at FIRST_VOCABULARY_ID."""
+        import tensorflow as tf
+
+        if feature.dtype == "int64":
+            values = tf.cast(values, tf.int64)
+        lookup = self.lookups[self._lookup_of[feature.vocabulary]]
+        return tf.cast(lookup(values), tf.int32) + OOV_ID
 
     def get_config(self):
         return {**super().get_config(), "spec": self.spec.to_dict(),

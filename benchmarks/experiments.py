@@ -297,7 +297,11 @@ def _check_writable(parser, flag: str, directory: Path) -> None:
 
 def _execute(args, data_sets, fold_files, data_keys) -> int:
     if args.command in ("pack", "unpack"):
-        done = (pack if args.command == "pack" else unpack)(args.cache, print)
+        try:
+            done = (pack if args.command == "pack" else unpack)(args.cache, print)
+        except OSError as err:  # a cache it cannot write, a full disk
+            print(f"python -m benchmarks.experiments {args.command}: error: {err}", file=sys.stderr)
+            return 1
         print(f"{args.command}ed {done} runs in {args.cache}")
         return 0
     chosen = studies(smoke=args.smoke)

@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from benchmarks import experiments
+from benchmarks import experiments, results_cache
 from benchmarks.experiment_runs import METRICS
 from benchmarks.experiment_studies import runs_of, studies
 from benchmarks.results_cache import PACK_SUFFIX, pack, read_cached, unpack, write_cached
@@ -120,6 +120,21 @@ def test_an_unreadable_file_stays_and_a_damaged_pack_is_named_not_packed_over(tm
     said.clear()
     assert pack(cache, said.append) == 0 and runs[0].cache_path(cache).exists()
     assert said[0].startswith(f"MQ2008 not packed: its pack {target} could not be read whole")
+
+
+def test_a_pack_that_cannot_be_written_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    cache = tmp_path / "cache"
+    run = runs_of(studies()["lightgbm"][0], "MQ2008", [1], [0], 40)[0]
+    write_cached(cache, run, synthetic_result(run, np.random.default_rng(3)))
+
+    def refused(target, entries):
+        raise PermissionError(13, "Permission denied", str(target))
+
+    monkeypatch.setattr(results_cache, "_write_pack", refused)
+    assert experiments.main(["pack", "--cache", str(cache)]) == 1
+    assert capsys.readouterr().err == (f"python -m benchmarks.experiments pack: error: [Errno 13] "
+                                       f"Permission denied: '{cache / 'MQ2008'}{PACK_SUFFIX}'\n")
+    assert run.cache_path(cache).exists()  # the file kept
 
 
 def test_the_shared_sets_cache_is_committed_packed():

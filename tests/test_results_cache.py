@@ -24,12 +24,13 @@ FOLDS, SEEDS = [1, 2], [0, 1]
 def synthetic_result(run, rng, queries=6):
     """Returns a result as `run` caches one, with random validation and per-query test values
     (as JSON holds it: lists, not tuples)."""
-    return json.loads(json.dumps({"validation": {"ndcg@10": round(float(rng.uniform()), 6)},
-            "qids": [f"q{run.fold}{i}" for i in range(queries)],
-            "test": {"values": {name: np.round(rng.uniform(size=queries), 6).tolist()
-                                for name in METRICS},
-                     "relevant": [bool(i % 5) for i in range(queries)]},
-            "wall_seconds": round(float(rng.uniform(1, 30)), 1), "run": dataclasses.asdict(run)}))
+    result = {"validation": {"ndcg@10": round(float(rng.uniform()), 6)},
+              "qids": [f"q{run.fold}{i}" for i in range(queries)],
+              "test": {"values": {name: np.round(rng.uniform(size=queries), 6).tolist()
+                                  for name in METRICS},
+                       "relevant": [bool(i % 5) for i in range(queries)]},
+              "wall_seconds": round(float(rng.uniform(1, 30)), 1), "run": dataclasses.asdict(run)}
+    return json.loads(json.dumps(result))
 
 
 def synthetic_cache(cache, dataset="OHSUMED"):

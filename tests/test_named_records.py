@@ -138,8 +138,10 @@ def test_list_size_keeps_the_head_in_evaluation_and_pads(records_file):
     lists = _read(_dataset(path, list_size=4))
     for user, query, documents in lists:
         _check_list(record_format, user, query, documents, range(min(4, LENGTHS[user])))
-    features, labels = next(iter(_dataset(path, list_size=4)))
-    assert features[MASK].shape[1] == 4 and labels.shape[1] == 4
+    features, labels = _dataset(path, list_size=4).element_spec
+    assert features["doc_id"].shape.as_list() == [None, 4, 1], "static, for a compiled step"
+    assert features["pair"].shape.as_list() == [None, 4, 2] and labels.shape.as_list() == [None, 4]
+    assert features[MASK].shape.as_list() == [None, 4]
 
 
 def test_list_size_in_training_keeps_a_random_subset_repeatably(records_file):

@@ -580,6 +580,9 @@ def ranking_dataset_by_seed(
         info = describe(file_pattern, num_features)
         lengths_of = _lengths_reader(info.record_format)
     else:
+        if num_features is not None:
+            raise ValueError("num_features goes with the vector layouts; a feature spec names "
+                             "the features")
         info = _describe_named(file_pattern, named, num_shards, shard_index, verify)
         lengths_of = named_records.lengths_reader(named, info.record_format)
     if isinstance(list_buckets, (int, np.integer)):

@@ -169,7 +169,9 @@ def _unflatten(value, batch, width):
     if isinstance(value, tf.SparseTensor):
         shape = tf.concat([tf.cast([batch, width], tf.int64), value.dense_shape[1:]], axis=0)
         return tf.sparse.reshape(value, shape)
-    return tf.reshape(value, tf.concat([[batch, width], tf.shape(value)[1:]], axis=0))
+    reshaped = tf.reshape(value, tf.concat([[batch, width], tf.shape(value)[1:]], axis=0))
+    reshaped.set_shape([None, None] + value.shape[1:])
+    return reshaped
 
 
 def _take_documents(value, frames, spec, indices, valid):
@@ -288,6 +290,9 @@ def batch_reader(spec: NamedSpec, record_format: str, list_size: int | None = No
         if list_size is not None:
             mask = tf.ensure_shape(mask, [None, list_size])
             labels = tf.ensure_shape(labels, [None, list_size])
+            documents = {name: tf.ensure_shape(value, [None, list_size, *value.shape[2:]])
+                         if isinstance(value, tf.Tensor) else value
+                         for name, value in documents.items()}
         return {**context, **documents, spec.mask_feature_name: mask}, labels
 
     return read

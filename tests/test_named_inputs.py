@@ -140,6 +140,12 @@ def test_lookup_gives_vocabulary_ids_an_oov_bucket_and_padded_token_lists(text_s
     for other in (dense, sparse):
         for name, value in looked_up(text_spec, other).items():
             np.testing.assert_array_equal(value, got[name], err_msg=name)
+    # token lists padded up to a multiple of 4 tokens: a compiled model sees fewer shapes
+    padded = {k: to_numpy(v) for k, v in FeatureLookup(text_spec, token_multiple=4)(features).items()}
+    assert padded["query_tokens"].shape == (2, 4) and padded["document_tokens"].shape == (2, 2, 4)
+    np.testing.assert_array_equal(padded["document_tokens"][..., :3], got["document_tokens"])
+    np.testing.assert_array_equal(padded["document_tokens"][..., 3:], 0)
+    np.testing.assert_array_equal(padded["site"], got["site"])  # fixed-length: as it was
 
 
 def test_feature_inputs_are_each_features_transform_embedding_mean_and_context(text_spec):

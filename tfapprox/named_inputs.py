@@ -207,10 +207,18 @@ class FeatureLookup(keras.layers.Layer):
         spec: A `FeatureSpec` or its JSON form.
         vocabularies: `{vocabulary file as the spec names it: values}`; read from the spec's files
             when omitted (saved models carry them, so loading reads no file).
+        token_multiple: Pads every token list dimension up to a multiple of this (None: to the
+            batch's longest list), so that a compiled model (XLA, JAX) sees few token lengths and
+            compiles few times.
     """
 
-    def __init__(self, spec, vocabularies=None, **kwargs):
+    def __init__(self, spec, vocabularies=None, token_multiple=None, **kwargs):
         super().__init__(**kwargs)
+        if token_multiple is not None and (isinstance(token_multiple, bool) or not isinstance(
+                token_multiple, int) or token_multiple < 1):
+            raise ValueError(f"token_multiple must be a positive integer or None; received "
+                             f"token_multiple={token_multiple!r}.")
+        self.token_multiple = token_multiple
         self.spec = _as_spec(spec)
         self.features = _model_features(self.spec)
         if vocabularies is None:
@@ -265,6 +273,11 @@ class FeatureLookup(keras.layers.Layer):
                 if feature.length is None:  # dense token lists, padded with "" or 0
                     found = tf.where(value == tf.zeros_like(value), PAD_ID, found)
                 outputs[feature.name] = found
+            if feature.length is None and self.token_multiple:
+                ids = outputs[feature.name]
+                extra = -tf.shape(ids)[-1] % self.token_multiple
+                padding = tf.concat([tf.zeros([tf.rank(ids) - 1, 2], tf.int32), [[0, extra]]], 0)
+                outputs[feature.name] = tf.pad(ids, padding, constant_values=PAD_ID)
         if self.spec.mask_feature_name in inputs:
             outputs[self.spec.mask_feature_name] = tf.cast(inputs[self.spec.mask_feature_name],
                                                            tf.bool)
@@ -282,7 +295,7 @@ class FeatureLookup(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "spec": self.spec.to_dict(),
-                "vocabularies": self.vocabularies}
+                "vocabularies": self.vocabularies, "token_multiple": self.token_multiple}
 
 
 @keras.saving.register_keras_serializable(package="tfapprox")

@@ -8,6 +8,7 @@ import itertools
 
 from benchmarks.experiment_runs import (GBDTS, Run, ensemble_label, recipe_arguments,
                                         scorer_label, trainer_config)
+from trainer.recipes import RECIPES
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
@@ -149,13 +150,12 @@ DASALC_QUANTILE_SEARCH = (
 QUANTILE_LOSSES = ("unique_softmax_loss", "ranknet", "weighted_ranknet")
 # A new inductive bias for a fourth round of the rule below (issue 30): each of the third recipe's
 # members with every (quantile-transformed) feature also standardised within its list
-# (`list_standardize`), the list context a GBDT scoring documents one by one cannot use.
+# (`list_standardize`), the list context a GBDT scoring documents one by one cannot use. These are
+# the members of the trainer's recipe of that name (trainer/recipes.py), which the rule picked.
 LIST_STANDARDIZE = ("list_standardize", True)
 LIST_STANDARDIZED = tuple(
-    Setting(model, loss, scorer=scorer + (LIST_STANDARDIZE,))
-    for model, scorer, loss in (("dasalc", DASALC_QUANTILE.scorer, DASALC_LOSS),
-                                ("B64", DASALC_QUANTILE.scorer, "weighted_ranknet"),
-                                ("B64", DASALC_QUANTILE.scorer, "unique_softmax_loss")))
+    Setting(member.preset, member.loss, member.loss_params, scorer=member.scorer)
+    for member in RECIPES["mixed_quantile_list_standardized"].members)
 # DASALC-ens (Qin et al., ICLR 2021, their strongest): the mean of the standardised scores of
 # DASALC trained with 3 seeds (`experiment_runs.ensemble_scores`), with DASALC_LOSS.
 DASALC_ENSEMBLE = 3

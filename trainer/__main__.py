@@ -215,7 +215,9 @@ def _parser() -> argparse.ArgumentParser:
         "the config; with no command, `train` runs.",
     )
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("train", parents=[common], help="train (or resume) a run, then evaluate and export")
+    train = sub.add_parser("train", parents=[common],
+                           help="train (or resume) a run, then evaluate and export")
+    _add_recipe_flags(train)
     sub.add_parser("evaluate", parents=[common],
                    help="score a run's best weights on its validation/test data (or --vali/--test)")
     sub.add_parser("export", parents=[common], help="export a run's best weights as a SavedModel")
@@ -227,10 +229,26 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                     help="a grid axis over a config key, e.g. loss.params.alpha=1,10,100 (repeatable)")
     cv.add_argument("--out", help="directory for fold runs and cv_results.{json,md}")
+    _add_recipe_flags(cv)
     sub.add_parser("ensemble", parents=[_ensemble_parser()],
                    help="combine trained runs into one model (the mean of their scores, each "
                    "standardised on validation), evaluate it and export it")
     return parser
+
+
+def _add_recipe_flags(parser: argparse.ArgumentParser) -> None:
+    from trainer import recipes
+
+    g = parser.add_argument_group("recipe")
+    g.add_argument("--recipe", choices=recipes.names(), action=_Once,
+                   help="train each member of a recipe (trainer/recipes.py) as a run of its own "
+                   "in RUN_DIR/members/, then their ensemble, fitted on validation, into RUN_DIR "
+                   f"(default runs/NAME) and one export; recommended is {recipes.RECOMMENDED}. "
+                   "Flags other than the members' own settings (preset, loss, scorer options) "
+                   "apply to every member, e.g. --epochs")
+    g.add_argument("--members-in-parallel", type=int, default=1, action=_Once, metavar="N",
+                   help="with --recipe: train members in N processes at once (one per core or "
+                   "GPU; default 1, in this process)")
 
 
 def _ensemble_parser() -> argparse.ArgumentParser:
@@ -304,11 +322,30 @@ def _resolve(args: argparse.Namespace) -> config_lib.Config:
         source = str(saved)
     values = config_lib.load_dict(source)
     overrides = _overrides(args, values)
+    if getattr(args, "recipe", None):
+        return _recipe_plan(args, values, overrides).ensemble
+    if getattr(args, "members_in_parallel", 1) != 1:
+        raise ValueError("--members-in-parallel trains the members of a --recipe: give one")
     # loss.params is replaced as a whole before single parameters are set
     if "loss.params" in overrides:
         values["loss"]["params"] = overrides.pop("loss.params")
     config_lib.apply_overrides(values, overrides)
     return config_lib.Config.from_dict(values)
+
+
+def _recipe_plan(args: argparse.Namespace, values: dict[str, Any] | None = None,
+                 overrides: dict[str, Any] | None = None):
+    """Returns the `recipes.Plan` of `--recipe` with the command line's settings."""
+    from trainer import recipes
+
+    if getattr(args, "grid", None):
+        raise ValueError("--grid and --recipe: a recipe fixes its members' settings; give one")
+    if args.members_in_parallel < 1:
+        raise ValueError(f"--members-in-parallel must be at least 1, got {args.members_in_parallel}")
+    if values is None:
+        values = config_lib.load_dict(args.config)
+        overrides = _overrides(args, values)
+    return recipes.plan(args.recipe, values, overrides)
 
 
 def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
@@ -329,7 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyError, ValueError, FileNotFoundError) as err:
         parser.exit(2, _error_line(args.command, err))
     if args.print_config:
-        print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+        shown = ({name: member.to_dict() for name, member in _recipe_plan(args).members.items()}
+                 if getattr(args, "recipe", None) else config.to_dict())
+        print(yaml.safe_dump(shown, sort_keys=False), end="")
         return 0
 
     # Keras reads its backend when first imported, so it is chosen before that. TensorFlow loads
@@ -351,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     strategy = config.runtime.strategy if args.command in ("train", "cv") else "default"
     try:
         dist = distribute.make(strategy)
-        _check(args.command, config, dist, getattr(args, "members", []))
+        _check(args.command, config, dist, getattr(args, "members", []),
+               _recipe_plan(args) if getattr(args, "recipe", None) else None)
     except (KeyError, ValueError, OSError) as err:
         parser.exit(2, _error_line(args.command, err))
     try:
@@ -388,13 +428,19 @@ def _interrupted_line(command: str, interrupt: KeyboardInterrupt, signum: int) -
     return f"python -m trainer {command}: {what} {when}; rerun the same command to resume\n"
 
 
-def _check(command: str, config: config_lib.Config, dist, members: Sequence[str] = ()) -> None:
+def _check(command: str, config: config_lib.Config, dist, members: Sequence[str] = (),
+           recipe_plan=None) -> None:
     """Raises for settings that would otherwise fail only once training has begun, or after it:
     the scorer, loss and metrics of every run, the batch size across replicas, data paths, the
     export target, an ensemble's run directory (`members`: its members' run directories)."""
     from trainer import cv, data, run_files, train
 
+    if recipe_plan is not None and command == "train":
+        from trainer import recipes
+
+        recipes.check(recipe_plan)
     runs = [fold_run.config for fold_run in cv.plan(config)] if command == "cv" else [config]
+    runs = runs if recipe_plan is None else runs + list(recipe_plan.members.values())
     for run in runs:
         train.check_components(run)
         if command in ("train", "cv"):
@@ -423,7 +469,12 @@ def _error_line(command: str, err: BaseException) -> str:
 def _run(args: argparse.Namespace, config: config_lib.Config, dist) -> None:
     from trainer import cv, data, run_files, train
 
-    if args.command == "train":
+    if getattr(args, "recipe", None):
+        from trainer import recipes
+
+        run = recipes.run_cv if args.command == "cv" else recipes.run
+        run(_recipe_plan(args), parallel=args.members_in_parallel, fresh=args.fresh, dist=dist)
+    elif args.command == "train":
         train.train(config, fresh=args.fresh, dist=dist)
     elif args.command == "ensemble":
         from trainer import ensemble

@@ -94,7 +94,8 @@ def run(config: Config, *, fresh: bool = False, print_fn: Printer = print,
     """
     runs = plan(config)
     dist = dist or distribute.make(config.runtime.strategy)
-    out_dir = run_files.claim(config.cv.out_dir) if dist.is_chief else Path(config.cv.out_dir)
+    if dist.is_chief:
+        run_files.claim(config.cv.out_dir)
     select = config.train.select_metric
     candidates: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
     for fold_run in runs:
@@ -115,17 +116,25 @@ def run(config: Config, *, fresh: bool = False, print_fn: Printer = print,
             "grid": [{"params": p, f"validation_{select}": r["validation"][select]}
                      for p, r in fold_candidates],
         })
+    return report(config, per_fold, _method(config), write=dist.is_chief, print_fn=print_fn)
+
+
+def report(config: Config, per_fold: list[dict[str, Any]], method: str, *, write: bool = True,
+           print_fn: Printer = print) -> dict[str, Any]:
+    """Returns the summary of the folds' results (`per_fold`: each fold's selected run) with
+    their test metrics' mean and std; writes and prints it when `write`."""
+    out_dir = Path(config.cv.out_dir)
     summary = {
         "data_dir": config.data.dir,
-        "select_metric": select,
+        "select_metric": config.train.select_metric,
         "loss": {"name": config.loss.name, "params": config.loss.params},
-        "method": _method(config),
+        "method": method,
         "grid": config.cv.grid,
         "folds": per_fold,
         "mean": _aggregate(per_fold, _mean),
         "std": _aggregate(per_fold, _std),
     }
-    if dist.is_chief:
+    if write:
         train.write_json(out_dir / "cv_results.json", summary)
         table = markdown(summary)
         run_files.write_text(out_dir / "cv_results.md", table + "\n")

@@ -292,7 +292,8 @@ def _check_writable(parser, flag: str, directory: Path) -> None:
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as err:
-        parser.error(f"{flag} {directory}: cannot write there ({err.strerror or err})")
+        parser.exit(2, f"{parser.prog}: error: {flag} {directory}: cannot write there "
+                       f"({err.strerror or err})\n")
 
 
 def _execute(args, data_sets, fold_files, data_keys) -> int:

@@ -57,7 +57,7 @@ def test_a_directory_it_cannot_write_is_refused_before_any_run(tmp_path, capsys,
         run(tmp_path, data, flag, str(blocked / "inside"))
     assert exit_.value.code == 2
     out, err = capsys.readouterr()
-    assert err.strip().splitlines()[-1].endswith(
-        f"error: {flag} {blocked / 'inside'}: cannot write there (Not a directory)"), err
+    assert err == (f"python -m benchmarks.experiments: error: {flag} {blocked / 'inside'}: "
+                   "cannot write there (Not a directory)\n"), err
     assert "runs planned" not in out and "Traceback" not in err
     assert blocked.read_text() == "not a directory\n"

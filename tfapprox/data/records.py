@@ -17,8 +17,9 @@ A document ``tf.train.Example`` comes in one of two layouts:
 
 Encoding is done by writing the protobuf wire format directly with numpy: every document of a list has
 the same byte layout, so a list encodes as one ``[n, width]`` byte matrix. Decoding uses only TF ops
-(``tf.io.decode_proto`` with an in-memory descriptor, ``tf.io.parse_example``), so the parsers work
-inside a ``tf.data`` pipeline and inside an exported ``tf.function`` served by TF Serving.
+(``tf.io.decode_proto`` with an in-memory descriptor, ``tf.io.parse_example``, and for documents in
+the exact layout written here, the floats read in place), so the parsers work inside a ``tf.data``
+pipeline and inside an exported ``tf.function`` served by TF Serving.
 """
 
 from __future__ import annotations
@@ -258,6 +259,25 @@ def join_elwc(examples: list[bytes], context: bytes = b"") -> bytes:
     return b"".join(_field(1, e) for e in examples) + _field(2, context)
 
 
+def float_feature(values) -> bytes:
+    """Returns a serialized ``tf.train.Feature`` holding a FloatList (packed float32) of ``values``."""
+    return _field(2, _field(1, np.asarray(values, "<f4").tobytes()))
+
+
+def int64_feature(values) -> bytes:
+    """Returns a serialized ``tf.train.Feature`` holding an Int64List (packed varints) of
+    non-negative ``values``."""
+    if any(v < 0 for v in values):
+        raise ValueError(f"int64_feature encodes non-negative values; got {list(values)}")
+    return _field(3, _field(1, b"".join(_varint(int(v)) for v in values)))
+
+
+def message_bytes(*fields: tuple[int, bytes]) -> bytes:
+    """Returns a serialized protobuf message of length-delimited ``(field number, payload)`` fields,
+    in order (for messages of other protos, such as TF Serving's request logs)."""
+    return b"".join(_field(number, payload) for number, payload in fields)
+
+
 def encode_list(features, labels, qid=None, record_format: str = "elwc") -> bytes:
     """Returns a list serialized in ``record_format`` (``"elwc"`` or ``"sequence_example"``)."""
     if record_format == "elwc":
@@ -436,6 +456,78 @@ def parse_lists(serialized: tf.Tensor, num_features: int, *, record_format: str 
     if record_format == "sequence_example":
         return parse_sequence_examples(serialized, num_features)
     raise ValueError(f"record_format must be one of {RECORD_FORMATS}; got {record_format!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading vector-layout documents as bytes
+# --------------------------------------------------------------------------------------------------
+# A document holding only the "features" float list, as `encode_elwc`/`encode_examples` and
+# protobuf write it, always has the same bytes around its 4F float bytes:
+#
+#   [0a len]  Example (one ELWC `examples` entry; absent in a bare tf.Example)
+#   0a len    Example.features
+#   0a len    Features.feature, the map entry
+#   0a 08 "features"   its key
+#   12 len    its value, a Feature
+#   12 len    Feature.float_list
+#   0a len    FloatList.value, packed: len = 4F
+#   4F bytes  the float32 values, little-endian
+#
+# and an ELWC is its documents' entries followed by an optional context (`BARE_CONTEXTS`). Whether
+# a string is exactly that is decided by ops that cannot fail (lengths, byte comparisons), and its
+# floats are then read in place (the exported signatures' fast path; docs/benchmarks.md#serving).
+BARE_CONTEXTS = (b"", b"\x12\x00", b"\x12\x02\x0a\x00")  # none, an empty Example, empty Features
+
+
+def vector_document_header(num_features: int, in_list: bool) -> bytes:
+    """Returns the bytes before the floats of a document holding only F "features" floats: a
+    tf.Example as protobuf serializes it, wrapped as an ELWC `examples` entry if ``in_list``."""
+    header, _ = _cached_layout("elwc_entry" if in_list else "example", num_features, False).parts
+    return header
+
+
+def read_vector_documents(serialized: tf.Tensor, num_features: int, lists: bool,
+                          max_documents: int, max_pairs: int | None = None):
+    """Returns ``(fits, features [B, L, F], mask [B, L])`` for ``serialized`` [B]: whether every
+    string holds only vector-layout documents of F features (ELWCs of them with no or an empty
+    context if ``lists``, else one tf.Example each; see above), and the features and mask they
+    hold if so (anything otherwise).
+
+    Only ops that cannot fail, whatever the bytes, run here. Lists of different lengths are
+    padded: L is the longest string's length divided by a document's, so the grid holds at most
+    B times the longest string's bytes; when B x L exceeds ``max_documents`` (or B x L² exceeds
+    ``max_pairs``, when given) no grid is read and ``fits`` is False.
+    """
+    header = vector_document_header(num_features, lists)
+    width = len(header) + 4 * num_features
+    sizes = tf.strings.length(serialized)
+    if lists:
+        counts = sizes // width
+        bodies = counts * width
+        tails = tf.strings.substr(serialized, bodies, sizes - bodies)
+        fits = tf.reduce_all(tf.reduce_any(tf.equal(tails[:, None], BARE_CONTEXTS), axis=1))
+        length = tf.reduce_max(tf.concat([counts, [0]], axis=0))
+        documents = tf.cast(tf.size(serialized), tf.int64) * tf.cast(length, tf.int64)
+        within = documents <= max_documents
+        if max_pairs is not None:
+            within &= documents * tf.cast(length, tf.int64) <= max_pairs
+        fits &= within
+        length = tf.where(within, length, 0)
+        mask = tf.sequence_mask(counts, length)
+    else:
+        fits = tf.reduce_all(tf.equal(sizes, width)) & (tf.size(serialized) <= max_documents)
+        length, mask = 1, tf.ones([tf.size(serialized), 1], tf.bool)
+    # Row b: the first `length` documents' bytes of string b, zeros past its end (DecodePaddedRaw
+    # refuses a fixed_length of 0: one document more is decoded when all lists are empty).
+    rows = tf.maximum(length, 1)
+    grid = tf.io.decode_raw(serialized, tf.uint8, fixed_length=rows * width)
+    grid = tf.reshape(grid, [tf.size(serialized), rows, width])[:, :length]
+    headers_fit = tf.equal(grid[:, :, : len(header)], list(header)) | ~mask[:, :, None]
+    # tf.bitcast reads the host's byte order; the wire's is little-endian.
+    little_endian = tf.equal(tf.bitcast(tf.constant(1, tf.uint16), tf.uint8)[0], 1)
+    fits &= tf.reduce_all(headers_fit) & little_endian
+    values = tf.reshape(grid[:, :, len(header) :], [tf.size(serialized), length, num_features, 4])
+    return fits, tf.bitcast(values, tf.float32), mask
 
 
 # --------------------------------------------------------------------------------------------------

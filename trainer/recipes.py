@@ -233,13 +233,18 @@ def _train_in_processes(recipe_plan: Plan, parallel: int, fresh: bool, print_fn:
     ended. Raises ValueError naming the members whose process failed."""
     pending = list(recipe_plan.members.items())
     running: dict[str, tuple[subprocess.Popen, Path]] = {}
+    slots: dict[str, int] = {}  # a running member's process slot, 0 .. parallel - 1
+    gpus = _visible_gpus()
     failed = []
     with tempfile.TemporaryDirectory(prefix="tfapprox-recipe-") as configs:
         try:
             while pending or running:
                 while pending and len(running) < parallel and not failed:
                     name, config = pending.pop(0)
-                    running[name] = _start(name, config, Path(configs), fresh, recipe_plan.run_dir)
+                    slots[name] = min(set(range(parallel)) - {slots[r] for r in running})
+                    gpu = gpus[slots[name] % len(gpus)] if gpus else None
+                    running[name] = _start(name, config, Path(configs), fresh, recipe_plan.run_dir,
+                                           gpu)
                     print_fn(f"member {name}: training in process {running[name][0].pid}, "
                              f"output in {running[name][1]}")
                 if failed and not running:
@@ -248,7 +253,7 @@ def _train_in_processes(recipe_plan: Plan, parallel: int, fresh: bool, print_fn:
                 for name, (process, log) in list(running.items()):
                     if process.poll() is None:
                         continue
-                    del running[name]
+                    del running[name], slots[name]
                     if process.returncode == 0:
                         print_fn(f"member {name}: trained")
                     else:
@@ -261,10 +266,19 @@ def _train_in_processes(recipe_plan: Plan, parallel: int, fresh: bool, print_fn:
         raise ValueError(f"member {'; member '.join(failed)}")
 
 
-def _start(name: str, config: Config, configs: Path, fresh: bool,
-           run_dir: Path) -> tuple[subprocess.Popen, Path]:
+def _visible_gpus() -> list[str]:
+    """Returns the CUDA_VISIBLE_DEVICES entry of each GPU this process sees ([] on none)."""
+    import tensorflow as tf
+
+    count = len(tf.config.list_physical_devices("GPU"))
+    listed = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return (listed or [str(i) for i in range(count)])[:count]
+
+
+def _start(name: str, config: Config, configs: Path, fresh: bool, run_dir: Path,
+           gpu: str | None) -> tuple[subprocess.Popen, Path]:
     """Starts `python -m trainer train` for one member, in a session of its own (so that a
-    terminal's Ctrl-C reaches it once, passed on by `_stop`)."""
+    terminal's Ctrl-C reaches it once, passed on by `_stop`), on GPU `gpu` alone if given."""
     config_file = configs / f"{name}.json"
     config_file.write_text(json.dumps(config.to_dict()))
     log = run_dir / "members" / f"{name}.log"
@@ -273,7 +287,9 @@ def _start(name: str, config: Config, configs: Path, fresh: bool,
     try:
         process = subprocess.Popen(command + ["--fresh"] * fresh, stdout=fd,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+                                   start_new_session=True,
+                                   env={**os.environ, **({"CUDA_VISIBLE_DEVICES": gpu}
+                                                         if gpu is not None else {})})
     finally:
         os.close(fd)
     return process, log

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from tfapprox.data import write_splits
+from tfapprox.data import write_named, write_splits
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
 
@@ -74,3 +74,31 @@ def test_examples_refuse_to_train_on_a_fold_without_relevant_documents(tmp_path)
     assert done.stderr.strip().splitlines()[-1] == (
         f"error: the training split ({train}) has no relevant document (no label above 0): "
         "there is nothing to learn")
+
+
+TINY_NAMED = ["--num-lists", "30", "--num-epochs", "1", "--train-batch-size", "8",
+              "--hidden-layer-dims", "16"]
+NAMED_RESULT = r"(?m)^test NDCG@1 [0-9.]+, NDCG@5 ([0-9.]+), NDCG@10 [0-9.]+, MAP [0-9.]+$"
+RELOADED = r"(?m)^reloaded model\.keras: its scores on the (\d+) test lists equal the trained model's"
+
+
+def test_keras_dnn_tfrecord_on_named_numeric_records(tmp_path):
+    """TF-Ranking's numeric ELWC program: the user's records (--data-dir), log1p by the spec,
+    trained, evaluated, saved to --model-dir and reloaded to score the 6 test lists."""
+    write_named(tmp_path / "data", "numeric", num_lists=30)
+    out = run_example("keras_dnn_tfrecord.py", "--data-dir", tmp_path / "data", "--use-log1p",
+                      "--model-dir", tmp_path / "model", *TINY_NAMED, cwd=tmp_path)
+    assert "spec: 136 document features, label 'utility'" in out, out
+    measure(NAMED_RESULT, out)
+    assert re.search(RELOADED, out).group(1) == "6", out
+    assert (tmp_path / "model" / "model.keras").is_file()
+
+
+def test_antique_kpl_din_on_generated_token_records(tmp_path):
+    """TF-Ranking's antique program on generated query/document tokens and vocab.txt: lookup,
+    shared embedding, ConcatFeatures, DocumentInteractionAttention; the saved model (lookup
+    inside) scores raw tokens as the trained one scores their ids."""
+    out = run_example("antique_kpl_din.py", *TINY_NAMED, "--head-size", "8",
+                      "--num-attention-heads", "2", cwd=tmp_path)
+    measure(NAMED_RESULT, out)
+    assert re.search(RELOADED, out).group(1) == "6", out

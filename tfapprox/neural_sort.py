@@ -36,8 +36,9 @@ def _relaxed_sort(scores, mask, real, temperature):
     spread = ops.sum(ops.abs(direct_ops.pair_differences(scores)) * ops.expand_dims(real, 1),
                      axis=-1)  # Σ_k |s_j − s_k| over real k
     weights = count + 1.0 - 2.0 * positions  # [B, L], row i
-    logits = (ops.expand_dims(weights, 2) * ops.expand_dims(scores, 1)
-              - ops.expand_dims(spread, 1)) / temperature
+    # one product of [L, 2] and [2, L] factors: XLA writes no broadcast operand of [L, L]
+    logits = ops.matmul(ops.stack([weights, ops.ones_like(weights)], axis=-1) / temperature,
+                        ops.stack([scores, -spread], axis=1))
     logits = ops.where(ops.expand_dims(mask, 1), logits,
                        rank_ops.LOWEST_FLOAT32)  # finite: no NaN in empty rows
     rows = ops.expand_dims(ops.cast(positions <= count, rank_ops.COMPUTE_DTYPE), -1)

@@ -10,7 +10,8 @@ so an empty row or column stays 0, as when the matrix itself is divided. The for
 matrix-vector products with P̂; it keeps P̂ and the scalings (2T vectors of L). The backward pass
 runs the rounds back through 2T more products, and ∂/∂P̂ is a sum of 2T + 1 outer products of
 those vectors, formed in one `[L, 2T+1] × [2T+1, L]` product. Time O(T·L²) per list both ways;
-memory O(L²): P̂ and at most two more `[L, L]` tensors at once, whatever T is. Autodiff through
+memory O(L²), whatever T is: the code holds P̂ and at most two more `[L, L]` tensors at once
+(what a backend allocates besides is in docs/benchmarks.md). Autodiff through
 the rounds would keep every round's matrices (O(T·L²): 3.5 GB for one list of 2,000 at T = 50).
 """
 

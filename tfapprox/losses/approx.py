@@ -276,9 +276,11 @@ class NeuralNDCGLoss(base.RankingLoss):
             early at a tolerance, which a compiled loop here does not).
     Cost per list of L documents, T = `sinkhorn_iterations`: time O(T·L²) forward and again
     backward (2T products of P̂ with a vector each way, and one [L, 2T+1]·[2T+1, L] product);
-    memory O(L²) under a gradient too: P̂ and at most two more [L, L] float32 tensors at once,
-    nothing per round (one list of 10,000 documents: 1.2 GB, 3 × 4·L² bytes). A list contributes
-    when it has a document with label > 0.
+    memory O(L²) under a gradient too, nothing per round: the code holds P̂ and at most two more
+    [L, L] float32 tensors at once (4·L² bytes each). Measured above the framework for one list
+    of 10,000 documents: 1.2 GB in a `tf.function`, 2.1 GB under XLA, 3.1 GB eager
+    (docs/benchmarks.md, "NeuralNDCG by list length"). A list contributes when it has a document
+    with label > 0.
     """
 
     def __init__(self, temperature=1.0, topk=None, sinkhorn_iterations=50,

@@ -37,7 +37,6 @@ from tfapprox.models import build_scorer
 from tfapprox.named_inputs import (ConcatFeatures, DocumentInteractionAttention, FeatureInputs,
                                    FeatureLookup, NamedFeatureScorer)
 
-LABEL = "relevance"
 TOKEN_FEATURES = ("query_tokens", "document_tokens")
 
 
@@ -56,13 +55,13 @@ def din_scorer(width, args):
                                         "embeddings": features}, mask))
     dnn = build_scorer("B64", hidden_units=hidden_units(args), dropout=args.dropout,
                        batch_norm_momentum=args.batch_normalization_moment)
-    return keras.Model({"features": features, "mask": mask}, dnn({"features": inputs, "mask": mask}),
-                       name="din_scorer")
+    scores = dnn({"features": inputs, "mask": mask})
+    return keras.Model({"features": features, "mask": mask}, scores, name="din_scorer")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_named_flags(parser, num_lists=100, epochs=5)
+    add_named_flags(parser, "relevance", num_lists=100, epochs=5)
     parser.add_argument("--vocab-file-path", help="the tokens' vocabulary, one a line; default: "
                         "vocab.txt beside the records of --data-dir (or the generated one)")
     parser.add_argument("--list-size", type=int, default=50, help="training lists' size")
@@ -81,8 +80,7 @@ def main():
         vocabulary = args.vocab_file_path or splits.get("vocabulary")
         if not vocabulary and not args.spec:
             raise SystemExit("error: the tokens need a vocabulary: give --vocab-file-path")
-        spec = feature_spec(args, splits["train"], LABEL,
-                            dict.fromkeys(TOKEN_FEATURES, vocabulary),
+        spec = feature_spec(args, splits["train"], dict.fromkeys(TOKEN_FEATURES, vocabulary),
                             embedding_dim=args.embedding_dimension)
         lookup = FeatureLookup(spec, token_multiple=args.token_multiple)
 

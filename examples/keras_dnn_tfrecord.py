@@ -1,4 +1,4 @@
-"""TF-Ranking's keras_dnn_tfrecord.py on tfapprox: a DNN over 136 named float features of ELWC records.
+"""TF-Ranking's keras_dnn_tfrecord.py on tfapprox: a DNN over 136 named float features (ELWC).
 
     python examples/keras_dnn_tfrecord.py                    # generated records, like TF-Ranking's
     python examples/keras_dnn_tfrecord.py --use-log1p \\
@@ -31,17 +31,15 @@ from named_data import (add_named_flags, compile_for_ranking, feature_spec, fit_
 from tfapprox.data import ranking_dataset
 from tfapprox.named_inputs import build_named_scorer
 
-LABEL = "utility"
-
 
 def binary_labels(features, labels):
-    """Relevant (label > 0) as 1, irrelevant as 0, padding (< 0) kept (--convert-labels-to-binary)."""
+    """Labels > 0 as 1, others kept (0, and padding -1): --convert-labels-to-binary."""
     return features, tf.where(labels > 0, 1.0, labels)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_named_flags(parser, num_lists=100, epochs=5)
+    add_named_flags(parser, "utility", num_lists=100, epochs=5)
     parser.add_argument("--list-size", type=int, help="truncate and pad training lists to this")
     parser.add_argument("--use-log1p", action="store_true",
                         help="sign(x)·log1p(|x|) on every feature")
@@ -50,7 +48,7 @@ def main():
     args = parser.parse_args()
 
     with named_splits(args, "numeric") as splits:
-        spec = feature_spec(args, splits["train"], LABEL,
+        spec = feature_spec(args, splits["train"],
                             **({"transform": "log1p"} if args.use_log1p else {}))
         print(f"spec: {len(spec.document)} document features, label {spec.label!r}")
         train = ranking_dataset(splits["train"], args.train_batch_size, list_size=args.list_size,

@@ -18,7 +18,7 @@ from tfapprox.data import FeatureSpec, infer_spec, write_named
 METRICS = ("ndcg@1", "ndcg@5", "ndcg@10", "map")  # compiled into the models, printed on test
 
 
-def add_named_flags(parser, num_lists, epochs):
+def add_named_flags(parser, label, num_lists, epochs):
     """Adds the records', the spec's and training's flags (TF-Ranking's names, with dashes)."""
     parser.add_argument("--data-dir", help="a directory of train.tfrecord, vali.tfrecord, "
                         "test.tfrecord (ELWC or SequenceExample); default: generated records in a "
@@ -27,6 +27,7 @@ def add_named_flags(parser, num_lists, epochs):
         parser.add_argument(f"--{name}-input-pattern", dest=split,
                             help=f"the {split} records (a file, glob or directory); overrides "
                             "--data-dir")
+    parser.add_argument("--label", default=label, help="the document feature that holds the grade")
     parser.add_argument("--spec", help="a spec file (python -m tfapprox.data spec); default: "
                         "inferred from the training records")
     parser.add_argument("--num-lists", type=int, default=num_lists, help="generated records: lists")
@@ -36,9 +37,9 @@ def add_named_flags(parser, num_lists, epochs):
     parser.add_argument("--learning-rate", type=float, default=0.05)
     parser.add_argument("--loss", default="approx_ndcg_loss", help="a key of tfapprox.losses.get "
                         "(TF-Ranking's RankingLossKey strings too)")
-    parser.add_argument("--dropout", type=float, default=0.5, help="dropout after each hidden block")
+    parser.add_argument("--dropout", type=float, default=0.5, help="dropout after hidden blocks")
     parser.add_argument("--hidden-layer-dims", default="64,32,16", help="hidden widths")
-    parser.add_argument("--model-dir", help="where model.keras goes; default: a temporary directory")
+    parser.add_argument("--model-dir", help="where model.keras goes; default: a temporary one")
 
 
 def hidden_units(args):
@@ -61,7 +62,8 @@ def named_splits(args, kind):
             write_named(directory, kind, num_lists=args.num_lists)
         splits = {}
         for split in ("train", "vali", "test"):
-            splits[split] = getattr(args, split) or (directory and str(directory / f"{split}.tfrecord"))
+            default = directory and str(directory / f"{split}.tfrecord")
+            splits[split] = getattr(args, split) or default
             if not splits[split]:
                 raise SystemExit(f"error: no {split} records: give --data-dir or all three "
                                  "--*-input-pattern flags")
@@ -70,10 +72,11 @@ def named_splits(args, kind):
         yield splits
 
 
-def feature_spec(args, train, label, vocabularies=None, **changes):
-    """The spec of --spec, or one inferred from the `train` records (`infer_spec`, what `python -m
-    tfapprox.data spec` writes), with each document feature's fields replaced by `changes`."""
-    spec = FeatureSpec.load(args.spec) if args.spec else infer_spec(train, label, vocabularies)
+def feature_spec(args, train, vocabularies=None, **changes):
+    """The spec of --spec, or one inferred from the `train` records with --label (`infer_spec`,
+    what `python -m tfapprox.data spec` writes), with each document feature's fields replaced by
+    `changes`."""
+    spec = FeatureSpec.load(args.spec) if args.spec else infer_spec(train, args.label, vocabularies)
     if changes:
         spec = dataclasses.replace(spec, document=tuple(
             dataclasses.replace(f, **{k: v for k, v in changes.items() if k in applies(f)})

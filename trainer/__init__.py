@@ -8,4 +8,5 @@ run_lock.py    one trainer per run directory: the flock'd lock file naming its h
 distribute.py  --strategy default|mirrored|multi_worker and per-replica input
 backend.py     --backend tensorflow|jax: chosen before Keras loads; devices; export from TensorFlow
 cv.py          five-fold cross-validation with an optional hyperparameter grid
+recipes.py     named ensembles (--recipe): members trained as runs, then one ensemble export
 """

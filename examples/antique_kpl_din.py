@@ -98,6 +98,7 @@ def main():
         fit_and_evaluate(model, looked_up(train), looked_up(vali), looked_up(test), args)
 
         serving = NamedFeatureScorer(model.feature_inputs, model.scorer, lookup=lookup)
+        serving.build()  # of parts that are built already: it shares their weights
         with model_dir(args) as directory:
             save_reload_and_score(serving, directory / "model.keras", test,
                                   lambda features: model(lookup(features), training=False))

@@ -100,7 +100,8 @@ def compile_for_ranking(model, args):
 def fit_and_evaluate(model, train, vali, test, args):
     """Trains `model` for --num-epochs on `train` (validating on `vali`) and prints its measures
     on `test`."""
-    model.fit(train, validation_data=vali, epochs=args.num_epochs, verbose=2)
+    # shuffle=False: ranking_dataset already shuffles the lists, anew each epoch
+    model.fit(train, validation_data=vali, epochs=args.num_epochs, shuffle=False, verbose=2)
     result = model.evaluate(test, verbose=0, return_dict=True)
     print("test " + ", ".join(f"{key.upper()} {result[key]:.4f}" for key in METRICS))
 

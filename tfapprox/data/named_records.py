@@ -451,6 +451,21 @@ def _scan_batch(spec: NamedSpec, record_format: str) -> Callable:
     return counts
 
 
+_SCAN_FUNCTIONS: dict = {}
+
+
+def _scan_function(spec: NamedSpec, record_format: str) -> Callable:
+    """``_scan_batch`` as one traced function per (features, format) in a process: tracing the
+    checks of every feature costs seconds with a hundred features, and a training run reads its
+    splits with the same spec."""
+    key = (repr(sorted(spec.context.items())), repr(sorted(spec.example.items())), record_format)
+    if key not in _SCAN_FUNCTIONS:
+        _SCAN_FUNCTIONS[key] = tf.function(
+            _scan_batch(spec, record_format),
+            input_signature=[tf.TensorSpec([None], tf.string)])
+    return _SCAN_FUNCTIONS[key]
+
+
 def _feature_error(path: Path, err: tf.errors.OpError) -> shards.RecordError:
     text = shards.error_summary(err)
     match = re.search(r"(?:Key|Feature list): ([^,]+), Index: \d+\.\s+([^\n\[]*)",
@@ -468,7 +483,7 @@ def scan(files: list[Path], spec: NamedSpec, record_format: str,
     a fixed-length feature with another number of values, a corrupt file, and a feature of the
     spec that no record read holds.
     """
-    counts = tf.function(_scan_batch(spec, record_format))
+    counts = _scan_function(spec, record_format)
     totals: dict = {}
     for path in files:
         data = tf.data.TFRecordDataset(str(path))

@@ -247,6 +247,14 @@ def run_subprocess(command, env):
     return json.loads(done.stdout.strip().splitlines()[-1]), None
 
 
+def memory_cells(row, digits):
+    """A memory case's table cells: first call s | best of next s | finite | RSS before MiB | peak
+    RSS MiB."""
+    best = "" if row["best_s"] is None else f"{row['best_s']:.{digits}f}"
+    return (f"{row['first_s']:.{digits}f} | {best} | {'yes' if row['finite'] else 'NO'} | "
+            f"{row['rss_before_mib']:,.0f} | {row['peak_rss_mib']:,.0f}")
+
+
 def print_load(load_before):
     load_after = os.getloadavg()
     print(f"\nLoad average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}; "
@@ -272,11 +280,9 @@ def run_dasalc(sizes, repeats):
                 print(f"| {mode} | {size:,} | {size**2:,} | failed: {reason} | | | | | |",
                       flush=True)
                 continue
-            best = "" if row["best_s"] is None else f"{row['best_s']:.2f}"
             growth = (row["peak_rss_mib"] - row["rss_before_mib"]) * 2**20 / size**2
-            print(f"| {mode} | {size:,} | {size**2:,} | {row['first_s']:.2f} | {best} | "
-                  f"{'yes' if row['finite'] else 'NO'} | {row['rss_before_mib']:,.0f} | "
-                  f"{row['peak_rss_mib']:,.0f} | {growth:.1f} |", flush=True)
+            print(f"| {mode} | {size:,} | {size**2:,} | {memory_cells(row, 2)} | {growth:.1f} |",
+                  flush=True)
     print_load(load_before)
 
 

@@ -19,8 +19,8 @@ import platform
 import sys
 import time
 
-from long_lists import (COMPILE_CHOICES, cpu_model, gradient_step, peak_rss_mib, print_load,
-                        run_subprocess, subprocess_env, versions)
+from long_lists import (COMPILE_CHOICES, cpu_model, gradient_step, memory_cells, peak_rss_mib,
+                        print_load, run_subprocess, subprocess_env, versions)
 
 LIST_SIZES = (1_000, 2_000, 5_000, 10_000)
 
@@ -82,12 +82,10 @@ def main():
         if row is None:
             print(f"| {size:,} | failed: {reason} | | | | | | |", flush=True)
             continue
-        best = "" if row["best_s"] is None else f"{row['best_s']:.1f}"
         added = row["peak_rss_mib"] - row["rss_before_mib"]
         matrices = added * 2 ** 20 / (4 * size ** 2)
-        print(f"| {size:,} | {row['first_s']:.1f} | {best} | "
-              f"{'yes' if row['finite'] else 'NO'} | {row['rss_before_mib']:,.0f} | "
-              f"{row['peak_rss_mib']:,.0f} | {added:,.0f} | {matrices:.1f} |", flush=True)
+        print(f"| {size:,} | {memory_cells(row, 1)} | {added:,.0f} | {matrices:.1f} |",
+              flush=True)
     print_load(load_before)
 
 

@@ -20,7 +20,7 @@ import yaml
 
 from tfapprox import losses
 from tfapprox.data import convert, synthetic
-from trainer import checkpoint, config as config_lib, cv, data, run_lock, train
+from trainer import checkpoint, config as config_lib, cv, data, run_files, run_lock, train
 from trainer.config import DataConfig
 from trainer.__main__ import main
 
@@ -369,9 +369,9 @@ def test_ensemble_refuses_a_member_before_writing_anything(trained, tmp_path, ca
 def test_results_json_is_strict_json_without_nan_or_infinity(tmp_path):
     """JSON has no NaN or infinity: a metric that is not finite is written as null."""
     path = tmp_path / "results.json"
-    train.write_json(path, {"test": {"ndcg@5": float("nan"), "loss": np.float32("inf")},
-                            "history": [{"loss": -float("inf"), "ndcg@5": np.float64(0.5)}],
-                            "epochs_run": np.int64(2)})
+    run_files.write_json(path, {"test": {"ndcg@5": float("nan"), "loss": np.float32("inf")},
+                                "history": [{"loss": -float("inf"), "ndcg@5": np.float64(0.5)}],
+                                "epochs_run": np.int64(2)})
 
     def refuse(token):
         raise ValueError(f"{token} is not JSON")

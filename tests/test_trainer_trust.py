@@ -125,7 +125,7 @@ def test_run_files_are_replaced_not_written_through_a_link(tmp_path):
     victim.write_text("keep me")
     run_dir = run_files.claim(tmp_path / "run")
     (run_dir / "results.json").symlink_to(victim)
-    train.write_json(run_dir / "results.json", {"a": 1})
+    run_files.write_json(run_dir / "results.json", {"a": 1})
     assert victim.read_text() == "keep me"
     assert json.loads((run_dir / "results.json").read_text()) == {"a": 1}
     assert not (run_dir / "results.json").is_symlink()

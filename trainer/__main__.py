@@ -484,7 +484,7 @@ def _run(args: argparse.Namespace, config: config_lib.Config, dist) -> None:
         run_dir = run_files.check_claimed(config.train.run_dir)
         splits = data.resolve(config.data, print_fn=print)
         results = train.evaluate(config, splits)
-        train.write_json(run_dir / "evaluation.json", results)
+        run_files.write_json(run_dir / "evaluation.json", results)
     elif args.command == "export":
         built = train.restore_best(config)
         print(f"Exported {train.export(built.eval_model, config, built.num_features)}")

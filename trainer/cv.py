@@ -135,7 +135,7 @@ def report(config: Config, per_fold: list[dict[str, Any]], method: str, *, write
         "std": _aggregate(per_fold, _std),
     }
     if write:
-        train.write_json(out_dir / "cv_results.json", summary)
+        run_files.write_json(out_dir / "cv_results.json", summary)
         table = markdown(summary)
         run_files.write_text(out_dir / "cv_results.md", table + "\n")
         print_fn("\n" + table)

@@ -36,7 +36,6 @@ from tensorflow.core.framework import summary_pb2
 
 from trainer import backend, checkpoint, data, distribute, interrupts, run_files, run_lock
 from trainer.config import Config
-from trainer.run_files import write_json  # the run directory's JSON files (also cv's, the CLI's)
 
 Printer = Callable[[str], None]
 
@@ -196,7 +195,7 @@ def _finish(results: dict[str, Any], config: Config, built: Built, splits: data.
             results["export_path"] = str(backend.export_in_tensorflow_process(config.train.run_dir))
         elif config.export.enabled:
             results["export_path"] = str(export(built.eval_model, config, splits.num_features))
-        write_json(Path(config.train.run_dir) / "results.json", results)
+        run_files.write_json(Path(config.train.run_dir) / "results.json", results)
         say(summary_table(results, config))
     return results
 
@@ -240,7 +239,7 @@ def _open_run(config: Config, run_dir: Path, fresh: bool, splits: data.Splits,
     dist.check_same("the epoch to resume from", restored.state.epoch if restored else 0)
     if dist.is_chief:
         checkpoint.remove_stale_temporaries(run_dir)
-        write_json(run_dir / "config.json", config.to_dict())
+        run_files.write_json(run_dir / "config.json", config.to_dict())
     return restored
 
 

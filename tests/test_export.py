@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from tfapprox import export
+from tfapprox import export, export_signatures
 from tfapprox.data import records
 from tfapprox.models import DNNScorer
 
@@ -592,8 +592,9 @@ def _protobuf_lists(features, context=None, extra=None):
 def _read_canonical(strings, lists):
     import tensorflow as tf
 
-    fits, features, mask = export._read_canonical(tf.constant(strings, tf.string), NUM_FEATURES,
-                                                  lists, export._Bounds(MAX_DOCUMENTS, None))
+    fits, features, mask = export_signatures._read_canonical(
+        tf.constant(strings, tf.string), NUM_FEATURES, lists,
+        export_signatures._Bounds(MAX_DOCUMENTS, None))
     return bool(fits), features.numpy(), mask.numpy()
 
 

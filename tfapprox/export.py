@@ -17,9 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfapprox.data import records
-from tfapprox.export_signatures import (  # noqa: F401 - _read_canonical: the tests reach it here
-    MASKED, PREDICT, REGRESS, SIGNATURES, _Bounds, _read_canonical, build_archive,
-)
+from tfapprox.export_signatures import MASKED, PREDICT, REGRESS, SIGNATURES, _Bounds, build_archive
 from tfapprox.model_versions import next_version, write_version
 from tfapprox.models import MAX_ATTENTION_PAIRS, attends_within_lists
 

@@ -45,7 +45,7 @@ ApproxAP the nearest, `rax.approx_t12n(rax.ap_metric, temperature=0.1)`, whose s
 differently; `--no-peers` times tfapprox alone). The path column is the JAX step's. Rax calls
 `jax.util.wraps`, which current JAX no longer has: the script supplies one.
 
-The table of issue 32 (each loss at lists 10, 100 and 1000 on JAX beside TF + XLA and Rax):
+The JAX table of docs/benchmarks.md (each loss at lists 10, 100 and 1000 beside TF + XLA and Rax):
 
     python benchmarks/losses.py --backend jax --loss approx_ndcg approx_ap ranknet \
         weighted_ranknet listmle softmax_loss

@@ -124,7 +124,7 @@ def alternate(exports, runner, rounds, runs=10):
     return results
 
 
-SHAPE_CPP = ("16x100", "C++")  # the cell of issue 18's target
+SHAPE_CPP = ("16x100", "C++")  # the cell the summary lines compare (docs/benchmarks.md#serving)
 
 
 def _model_name(path):

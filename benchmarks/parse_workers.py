@@ -27,18 +27,26 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from tfapprox.data import letor
+from tfapprox.data import letor, letor_blocks, letor_files
+
+
+def _parts(reader):
+    """Returns `(module, name)` of the function `reader` parses a file's chunks with, its chunk
+    reader and its chunk parser: in the package's modules, or all in an older single-file reader."""
+    if hasattr(reader, "_parse_blocks"):
+        return (reader, "_parse_blocks"), reader._iter_chunks, reader._parse_chunk
+    return (letor_blocks, "parse_blocks"), letor_files.iter_chunks, letor_blocks.parse_chunk
 
 
 def _threads(reader, workers: int):
-    """Returns a `_parse_blocks` for `reader` that parses chunks in `workers` threads."""
+    """Returns a `parse_blocks` for `reader` that parses chunks in `workers` threads."""
+    _, iter_chunks, parse_chunk = _parts(reader)
 
     def parse_blocks(path, num_features, _, grouped):
         with ThreadPoolExecutor(workers) as pool:
             waiting: collections.deque = collections.deque()
-            for lineno, data in reader._iter_chunks(path):
-                waiting.append(pool.submit(reader._parse_chunk, path, lineno, data, num_features,
-                                           grouped))
+            for lineno, data in iter_chunks(path):
+                waiting.append(pool.submit(parse_chunk, path, lineno, data, num_features, grouped))
                 if len(waiting) >= 2 * workers:
                     yield from waiting.popleft().result()
             while waiting:
@@ -79,10 +87,11 @@ def main(argv=None) -> int:
     megabytes = args.file.stat().st_size / 1e6
     print(f"{args.file}: {megabytes:.1f} MB, {width} features, {workers} workers, "
           f"{os.cpu_count()} CPUs, reader {args.letor or 'tfapprox.data.letor'}")
-    parse_blocks = reader._parse_blocks
+    (module, name), _, _ = _parts(reader)
+    parse_blocks = getattr(module, name)
     for _ in range(args.repeats):
         for mode in args.modes:
-            reader._parse_blocks = _threads(reader, workers) if mode == "threads" else parse_blocks
+            setattr(module, name, _threads(reader, workers) if mode == "threads" else parse_blocks)
             started, cpu = time.perf_counter(), _cpu_seconds()
             docs = sum(len(query.labels) for query in reader.read_queries(
                 args.file, width, assume_contiguous=True,
@@ -91,7 +100,7 @@ def main(argv=None) -> int:
             print(f"{mode:9} {wall:6.2f} s  {docs / wall:9,.0f} docs/s  {megabytes / wall:5.1f} MB/s"
                   f"  CPU {cpu:5.1f} s ({docs / cpu:,.0f} docs per CPU s)  "
                   f"load {os.getloadavg()[0]:.1f}", flush=True)
-    reader._parse_blocks = parse_blocks
+    setattr(module, name, parse_blocks)
     return 0
 
 

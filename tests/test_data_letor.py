@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tfapprox.data import letor, synthetic
+from tfapprox.data import letor, letor_blocks, letor_fast, letor_files, synthetic
 from tfapprox.data.folds import find_folds, find_split_files
 from tfapprox.data.letor import LetorFormatError
 
@@ -103,7 +103,7 @@ def test_crlf_cr_bom_and_gzip_read_the_same(tmp_path):
 @pytest.mark.parametrize("chunk_bytes", [5, 7, 64])
 def test_line_ends_split_across_reads(tmp_path, monkeypatch, chunk_bytes):
     """A CRLF cut between two reads is one line end: the documents and line numbers stay right."""
-    monkeypatch.setattr(letor, "_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(letor_files, "CHUNK_BYTES", chunk_bytes)
     lines = [f"{i % 3} qid:{i // 4} 1:{i}.5 2:0.25" for i in range(40)]
     lines[29] = lines[29].replace("2:0.25", "2:x")
     for end in ("\r\n", "\r"):
@@ -157,7 +157,7 @@ def test_whole_read_dense_path_writes_the_records_of_the_token_path(tmp_path, mo
     below num_features."""
     from tfapprox.data import converter
 
-    monkeypatch.setattr(letor, "_CHUNK_BYTES", 1 << 16)
+    monkeypatch.setattr(letor_files, "CHUNK_BYTES", 1 << 16)
     lines = tricky_dense_lines(np.random.default_rng(7))
     lines[1500] = " ".join(t for t in lines[1500].split() if not t.startswith("4:"))  # sparse read
     lines[300] = re.sub(r" 12:(\S+) 13:(\S+)", r" 13:\2 12:\1", lines[300])  # indices out of order
@@ -165,14 +165,14 @@ def test_whole_read_dense_path_writes_the_records_of_the_token_path(tmp_path, mo
     if layout == "grouped":
         lines = [re.sub(r" qid:\S+", "", line) for line in lines]
     taken = []
-    dense_lines = letor._parse_dense_lines
+    dense_lines = letor_fast.parse_dense_lines
 
     def spy(*args):
         blocks = dense_lines(*args)
         taken.append(blocks is not None)
         return blocks
 
-    monkeypatch.setattr(letor, "_parse_dense_lines", spy)
+    monkeypatch.setattr(letor_fast, "parse_dense_lines", spy)
     specs = {}
     for name, separator in (("dense", " "), ("tabs", "\t")):
         path = write(tmp_path / f"{name}.txt", "\n".join(line.replace(" ", separator) for line in lines))
@@ -231,7 +231,7 @@ def test_parallel_workers_read_the_same(tmp_path):
 def test_workers_reread_their_stretch_of_a_plain_file(tmp_path, monkeypatch):
     """Parsing workers read a chunk of a plain file at its position instead of receiving its bytes:
     positions stay right after a byte order mark and are not used from a CR on, nor for gzip."""
-    monkeypatch.setattr(letor, "_CHUNK_BYTES", 64)
+    monkeypatch.setattr(letor_files, "CHUNK_BYTES", 64)
     lines = [f"{i % 3} qid:{i // 4} 1:{i}.5 2:0.25" for i in range(60)]
     text = "\n".join(lines[:30]) + "\r\n" + "\r\n".join(lines[30:45]) + "\r" + "\r".join(lines[45:])
     want = list(letor.read_queries(write(tmp_path / "lf.txt", "\n".join(lines)), 2, workers=1))
@@ -239,7 +239,7 @@ def test_workers_reread_their_stretch_of_a_plain_file(tmp_path, monkeypatch):
                  write(tmp_path / "bom.txt.gz", "\ufeff" + text, "gz")):
         raw = path.read_bytes()
         starts = []
-        for _, data, start in letor._iter_chunks(path, with_offsets=True):
+        for _, data, start in letor_files.iter_chunks(path, with_offsets=True):
             starts.append(start)
             assert start is None or raw[start:start + len(data)] == data
         if path.suffix == ".gz":
@@ -252,7 +252,7 @@ def test_workers_reread_their_stretch_of_a_plain_file(tmp_path, monkeypatch):
             np.testing.assert_array_equal(a.features, b.features)
             np.testing.assert_array_equal(a.labels, b.labels)
     path = write(tmp_path / "changed.txt", "\n".join(lines))
-    stretch = letor._Stretch(100, 200, path.read_bytes()[280:300])
+    stretch = letor_blocks.Stretch(100, 200, path.read_bytes()[280:300])
     assert stretch.read(path) == path.read_bytes()[100:300]
     write(path, "\n".join(lines[1:]))
     with pytest.raises(LetorFormatError, match=r"changed\.txt: the file changed while being read"):
@@ -370,7 +370,7 @@ def test_float32_overflow_is_an_error_not_a_warning(tmp_path):
 
 @pytest.mark.parametrize("damage", ["truncated", "corrupt"])
 def test_damaged_gzip_names_the_file_and_line(tmp_path, monkeypatch, damage):
-    monkeypatch.setattr(letor, "_CHUNK_BYTES", 4096)  # several chunks from a small file
+    monkeypatch.setattr(letor_files, "CHUNK_BYTES", 4096)  # several chunks from a small file
     source = tmp_path / "full.txt"
     synthetic.write_letor(source, num_queries=20, docs_per_query=10, num_features=8)
     data = bytearray(gzip.compress(source.read_bytes()))

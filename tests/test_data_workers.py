@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from tfapprox.data import letor, worker_pool
+from tfapprox.data import letor, letor_blocks, worker_pool
 
 pytestmark = [
     pytest.mark.slow,  # each test parses a file over the 64 MB from which workers start
@@ -33,7 +33,7 @@ def big_file(tmp_path_factory):
     labels = rng.integers(0, 5, DOCS_PER_QUERY)
     size, qid = 0, 0
     with open(path, "w") as out:
-        while size <= letor._PARALLEL_BYTES + (2 << 20):
+        while size <= letor_blocks.PARALLEL_BYTES + (2 << 20):
             qid += 1
             block = "".join(f"{y} qid:{qid} {body}\n" for y, body in zip(labels, bodies))
             size += out.write(block)

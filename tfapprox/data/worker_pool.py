@@ -6,8 +6,9 @@ caller's signal handlers (the trainer raises on SIGTERM), so a forked worker can
 ignore the signal meant to end it. Each worker here is a new interpreter (``sys.executable -c``,
 started by fork-and-exec, in its own session so a terminal's Ctrl-C goes to the caller only) with
 the default signal handlers. It loads the module that holds the function from its file under the
-module's own name, without its package (whose ``__init__`` imports TensorFlow), so start-up costs
-the import of numpy only, and objects of that module (its exceptions too) pickle across as they are.
+module's own name, without its package (whose ``__init__`` imports TensorFlow); sibling modules it
+imports load the same way. Start-up costs the import of numpy only, and objects of those modules
+(their exceptions too) pickle across as they are.
 
 Calls go round-robin over the workers and come back in order. The caller waits at most ``timeout``
 seconds (default 300) for any one reply or request: a worker that died (killed, out of memory), answers nothing
@@ -201,9 +202,13 @@ def _serve(module_name: str, module_path: str, function_name: str) -> None:
         signal.signal(signum, signal.SIG_DFL)
     # The module's parent packages stand in as empty modules: pickle looks objects up by their
     # module's full name, which would otherwise import the package.
+    # The innermost one looks in the module's directory, so that sibling modules it imports load
+    # (without the package's __init__).
     parts = module_name.split(".")
     for name in (".".join(parts[:end]) for end in range(1, len(parts))):
         sys.modules.setdefault(name, types.ModuleType(name)).__path__ = []
+    if len(parts) > 1:
+        sys.modules[".".join(parts[:-1])].__path__ = [os.path.dirname(module_path)]
     function = getattr(_load(module_name, module_path), function_name)
     # Requests are read ahead by a thread, so that the caller's writes never wait for our replies.
     requests: queue.Queue = queue.Queue()

@@ -537,8 +537,8 @@ def test_per_feature_export_refuses_documents_without_its_keys(exported, tmp_pat
     nan = _per_feature_documents(np.full((1, NUM_FEATURES), np.nan, "float32"), skip=(2,))
     with pytest.raises(tf.errors.InvalidArgumentError, match="feature values must be finite"):
         signatures["score_examples"](examples=tf.constant(nan))
-    for signature, inputs in export._warmup_requests(NUM_FEATURES, "per_feature",
-                                                       export._Bounds(60, None)):
+    for signature, inputs in export._warmup_requests(
+            export._vector_requests(NUM_FEATURES, "per_feature"), export._Bounds(60, None)):
         (scores,) = signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()}).values()
         assert np.all(np.isfinite(scores.numpy()))
 

@@ -11,6 +11,7 @@ and exported from a process running with `KERAS_BACKEND=tensorflow`.
 """
 
 import os
+import tempfile
 
 import keras
 import numpy as np
@@ -20,14 +21,21 @@ from tfapprox.data import records
 from tfapprox.export_signatures import MASKED, PREDICT, REGRESS, SIGNATURES, _Bounds, build_archive
 from tfapprox.model_versions import next_version, write_version
 from tfapprox.models import MAX_ATTENTION_PAIRS, attends_within_lists
+from tfapprox.named_signatures import (
+    NAMED_SIGNATURES,
+    asset_lookup,
+    build_named_archive,
+    check_model_accepts,
+    sample_requests,
+)
 
 __all__ = [
-    "MASKED", "MAX_DOCUMENTS", "PREDICT", "REGRESS", "SIGNATURES", "export_saved_model",
-    "next_version"
+    "MASKED", "MAX_DOCUMENTS", "NAMED_SIGNATURES", "PREDICT", "REGRESS", "SIGNATURES",
+    "export_saved_model", "next_version"
 ]
 
 
-def _check_arguments(name, num_features, version, example_layout, max_documents, max_pairs):
+def _check_arguments(name, version, example_layout, max_documents, max_pairs):
     if not isinstance(name, str) or not name or name.startswith(".") or os.sep in name or (
         os.altsep and os.altsep in name
     ):
@@ -35,10 +43,6 @@ def _check_arguments(name, num_features, version, example_layout, max_documents,
             f"name must be a non-empty directory name without path separators that does not start "
             f"with '.'; received name={name!r}."
         )
-    if isinstance(num_features, bool) or not isinstance(num_features, (int, np.integer)) or (
-        num_features < 1
-    ):
-        raise ValueError(f"num_features must be a positive integer; received {num_features!r}.")
     if version is not None and (
         isinstance(version, bool) or not isinstance(version, (int, np.integer)) or version < 0
     ):
@@ -53,6 +57,16 @@ def _check_arguments(name, num_features, version, example_layout, max_documents,
         raise ValueError(
             f"example_layout must be one of {records.EXAMPLE_LAYOUTS}; "
             f"received example_layout={example_layout!r}."
+        )
+
+
+def _check_num_features(num_features):
+    if isinstance(num_features, bool) or not isinstance(num_features, (int, np.integer)) or (
+        num_features < 1
+    ):
+        raise ValueError(
+            f"num_features must be a positive integer (or give feature_spec= for a model over "
+            f"named features); received {num_features!r}."
         )
 
 
@@ -82,17 +96,14 @@ _WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 _WARMUP_SIZES = ((1, 1), (4, 10))
 
 
-def _warmup_requests(num_features, example_layout, bounds):
-    """Yields `(signature, inputs)`: every signature at each of `_WARMUP_SIZES` within `bounds`,
+def _vector_requests(num_features, example_layout):
+    """Returns `requests(lists, documents)`, yielding `(signature, inputs)` for every signature:
     all features 1 (0 would look like padding to `_refuse_padded_lists`), documents in
     `example_layout`."""
     # A per_feature document: Example.features {"1": float_list [1.0]} (the others read as 0).
     one = records.example_bytes({"1": records.float_feature([1.0])})
-    for lists, documents in _WARMUP_SIZES:
-        if lists * documents > bounds.documents or (
-            bounds.pairs is not None and lists * documents**2 > bounds.pairs
-        ):
-            continue
+
+    def requests(lists, documents):
         features = np.ones((lists, documents, num_features), "float32")
         if example_layout == "vector":
             elwc = [records.encode_elwc(list_features) for list_features in features]
@@ -107,6 +118,17 @@ def _warmup_requests(num_features, example_layout, bounds):
         yield "score_examples", {"examples": examples}
         yield PREDICT, {"inputs": elwc}
         yield REGRESS, {"inputs": examples}
+
+    return requests
+
+
+def _warmup_requests(requests, bounds):
+    """Yields `requests(lists, documents)` at each of `_WARMUP_SIZES` within `bounds`."""
+    for lists, documents in _WARMUP_SIZES:
+        if lists * documents <= bounds.documents and (
+            bounds.pairs is None or lists * documents**2 <= bounds.pairs
+        ):
+            yield from requests(lists, documents)
 
 
 def _prediction_log(signature, inputs):
@@ -139,24 +161,65 @@ def _write_warmup_requests(saved_model_dir, *arguments):
             writer.write(_prediction_log(signature, inputs))
 
 
+def _named_vocabularies(model, spec):
+    """Returns `(spec, {vocabulary: values})` for exporting `model` over the `FeatureSpec` `spec`
+    (or its file's path): the vocabularies the model holds (a `NamedFeatureScorer` with its
+    lookup inside), else the spec's files. Refuses a model built over other features, or
+    vocabularies of other sizes than its embeddings'."""
+    from tfapprox.data.feature_spec import FeatureSpec
+    from tfapprox.named_inputs import FeatureLookup
+
+    if isinstance(spec, (str, os.PathLike)):
+        spec = FeatureSpec.load(spec)
+    if not isinstance(spec, FeatureSpec):
+        raise ValueError(f"feature_spec must be a FeatureSpec or a spec file's path; received "
+                         f"{type(spec).__name__}.")
+    model_spec = getattr(model, "spec", None)
+    if isinstance(model_spec, FeatureSpec):
+        def features(s):
+            return [(f.name, f.dtype, f.length, f.default, f.transform, f.vocabulary,
+                     f.embedding_dim) for f in s.context + s.document]
+
+        if features(model_spec) != features(spec):
+            differ = sorted({f[0] for f in set(features(model_spec)) ^ set(features(spec))})
+            raise ValueError(f"the model was built over another feature spec than feature_spec: "
+                             f"features {', '.join(map(repr, differ))} differ.")
+    own = getattr(model, "lookup", None)
+    vocabularies = (own if own is not None else FeatureLookup(spec)).vocabularies
+    sizes = getattr(getattr(model, "feature_inputs", None), "vocabulary_sizes", None) or {}
+    for vocabulary, size in sizes.items():
+        if len(vocabularies.get(vocabulary, ())) != size:
+            raise ValueError(
+                f"vocabulary {vocabulary!r} holds {len(vocabularies.get(vocabulary, ()))} values "
+                f"but the model's embedding was built for {size}: export with the vocabulary "
+                "files the model was trained with.")
+    return spec, vocabularies
+
+
 # The default bound on the documents of one request (`max_documents`).
 MAX_DOCUMENTS = 100_000
 
 
 def export_saved_model(
-    model, base_dir, name, num_features, version=None, *, example_layout="vector",
-    max_documents=MAX_DOCUMENTS, max_pairs=MAX_ATTENTION_PAIRS,
+    model, base_dir, name, num_features=None, version=None, *, feature_spec=None,
+    example_layout="vector", max_documents=MAX_DOCUMENTS, max_pairs=MAX_ATTENTION_PAIRS,
 ):
     """Returns the path `base_dir/name/<version>` of a TF Serving SavedModel, written atomically.
 
     Args:
         model: A scorer taking `{"features": [B, L, F], "mask": [B, L]}` and returning `[B, L]`
-            (e.g. `tfapprox.models.DNNScorer`); built here if it is not yet.
+            (e.g. `tfapprox.models.DNNScorer`); built here if it is not yet. With
+            `feature_spec`: a model over named features (`tfapprox.named_inputs.
+            build_named_scorer`, or any model taking the features as `FeatureLookup` gives them).
         base_dir: Directory holding one subdirectory per served model (created if missing).
         name: The model's name: `base_dir/name` is TF Serving's `--model_base_path`.
-        num_features: F, the number of features per document.
+        num_features: F, the number of features per document (vector features).
         version: Non-negative integer version; default: one more than the largest existing one
             (1 for a new model). An existing version is never overwritten.
+        feature_spec: For a model over named features instead of `num_features`: its
+            `tfapprox.data.feature_spec.FeatureSpec` (or the spec file's path). The signatures
+            then parse ExampleListWithContext and tf.Example requests holding the spec's
+            features by name; the vocabularies travel in the SavedModel as assets.
         example_layout: How a document's features are stored in the tf.Example protos the
             string signatures receive: `"vector"` (one float feature `"features"` of length F) or
             `"per_feature"` (scalar features `"1"` .. `"F"`), as in `tfapprox.data.records`.
@@ -169,7 +232,8 @@ def export_saved_model(
             L, L] grids); a larger request is refused before any grid is made.
 
     Raises:
-        ValueError: for invalid arguments, or a model that cannot score F features.
+        ValueError: for invalid arguments, or a model that cannot score F features (or was
+            built over another feature spec).
         FileExistsError: if `base_dir/name/<version>` already exists.
         RuntimeError: if the Keras backend is not TensorFlow.
     """
@@ -179,16 +243,34 @@ def export_saved_model(
             f"{keras.backend.backend()!r}. Save the model with model.save('scorer.keras') and "
             "export it from a process run with KERAS_BACKEND=tensorflow."
         )
-    _check_arguments(name, num_features, version, example_layout, max_documents, max_pairs)
-    num_features = int(num_features)
-    _check_model_accepts(model, num_features)
-
+    _check_arguments(name, version, example_layout, max_documents, max_pairs)
     bounds = _Bounds(int(max_documents), int(max_pairs) if attends_within_lists(model) else None)
+    if feature_spec is not None:
+        if num_features is not None or example_layout != "vector":
+            raise ValueError("feature_spec names the features a request holds: give it without "
+                             "num_features and example_layout.")
+        spec, vocabularies = _named_vocabularies(model, feature_spec)
+        check_model_accepts(model, spec, vocabularies, bounds)
+        requests = sample_requests(spec, vocabularies)
+
+        def write_archive(directory):
+            with tempfile.TemporaryDirectory() as files:  # copied into the SavedModel's assets
+                lookup = asset_lookup(spec, vocabularies, files)
+                build_named_archive(model, spec, lookup, bounds).write_out(directory,
+                                                                           verbose=False)
+    else:
+        _check_num_features(num_features)
+        num_features = int(num_features)
+        _check_model_accepts(model, num_features)
+        requests = _vector_requests(num_features, example_layout)
+
+        def write_archive(directory):
+            build_archive(model, num_features, example_layout, bounds).write_out(
+                directory, verbose=False
+            )
 
     def write(directory):
-        build_archive(model, num_features, example_layout, bounds).write_out(
-            directory, verbose=False
-        )
-        _write_warmup_requests(directory, num_features, example_layout, bounds)
+        write_archive(directory)
+        _write_warmup_requests(directory, requests, bounds)
 
     return write_version(base_dir, name, version, write)

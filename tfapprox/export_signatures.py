@@ -48,13 +48,19 @@ _MISSING_BITS = 0x7FC0ADD5
 _MISSING = np.array(_MISSING_BITS, np.uint32).view(np.float32)[()]
 
 
+def _is_missing(values):
+    """Where float32 `values` are `_MISSING`: a key the document does not hold."""
+    return tf.equal(tf.bitcast(values, tf.int32), _MISSING_BITS)
+
+
 def _document_spec(num_features, example_layout):
-    """Returns the tf.io.parse_example spec of a document: its features (vector layout: a missing
-    "features" reads as all NaN; per_feature: a missing one as `_MISSING`) and the padding mark."""
+    """Returns the tf.io.parse_example spec of a document: its features (a missing key reads as
+    `_MISSING`: all F values for a missing "features" in the vector layout) and the padding
+    mark."""
     if example_layout == "vector":
         spec = {
             records.FEATURES_KEY: tf.io.FixedLenFeature(
-                [num_features], tf.float32, default_value=[float("nan")] * num_features
+                [num_features], tf.float32, default_value=[_MISSING] * num_features
             )
         }
     else:
@@ -89,20 +95,24 @@ def _try_parse(documents, request, spec):
     return attempt.ignore_errors().concatenate(fallback).take(1).get_single_element()
 
 
-def _parse_or_explain(documents, request, spec, wrong_proto):
+def _parse_or_explain(documents, request, spec, wrong_proto, check=None):
     """Returns `tf.io.parse_example(documents(request), spec)`, parsed once.
 
     If that fails, explains why without quoting the request: `wrong_proto` (a list of Assert
-    data) when its strings are not the expected protos, else TF's error for well-formed protos
-    that do not fit `spec` (e.g. "Key: features ... Values size: 5 but output shape: [7]").
+    data) when its strings are not the expected protos, else the Assert `check(examples)` makes of
+    the well-formed Examples (if given), else TF's error for protos that do not fit `spec` (e.g.
+    "Key: features ... Values size: 5 but output shape: [7]").
     """
     parsed, ok = _try_parse(documents, request, spec)
 
     def explain():
         wire_spec = {_WIRE_CHECK_SPEC_KEY: tf.io.FixedLenFeature([], tf.string, default_value="")}
         _, well_formed = _try_parse(documents, request, wire_spec)
-        check = tf.debugging.Assert(well_formed, wrong_proto)
-        with tf.control_dependencies([check]):
+        checks = [tf.debugging.Assert(well_formed, wrong_proto)]
+        if check is not None:
+            with tf.control_dependencies(checks):
+                checks.append(check(documents(request)))
+        with tf.control_dependencies(checks):
             return tf.io.parse_example(documents(request), spec)
 
     return tf.cond(ok, lambda: parsed, explain)
@@ -123,7 +133,7 @@ def _checked_documents(signature, parsed, num_features, example_layout):
     real = tf.equal(parsed[_PAD_KEY], 0)
     if example_layout == "vector":
         features = parsed[records.FEATURES_KEY]
-        missing = tf.reduce_all(tf.math.is_nan(features), axis=1) & real
+        missing = tf.reduce_all(_is_missing(features), axis=1) & real
         no_features = tf.debugging.Assert(
             tf.logical_not(tf.reduce_any(missing)),
             [
@@ -136,7 +146,7 @@ def _checked_documents(signature, parsed, num_features, example_layout):
             features = tf.identity(features)
     else:
         values = tf.stack([parsed[str(i)] for i in range(1, num_features + 1)], axis=1)
-        held = tf.not_equal(tf.bitcast(values, tf.int32), _MISSING_BITS)
+        held = tf.logical_not(_is_missing(values))
         empty = tf.logical_not(tf.reduce_any(held, axis=1)) & real
         none_held = tf.debugging.Assert(
             tf.logical_not(tf.reduce_any(empty)),
@@ -153,15 +163,22 @@ def _checked_documents(signature, parsed, num_features, example_layout):
     return features, real
 
 
-def _assert_finite(signature, features, finite, unit):
-    """Returns `features` once `finite` (bool per unit) holds everywhere, else fails: a NaN or
-    infinite feature value is refused, as in training data (tfapprox.data.letor)."""
+def _assert_finite(signature, features, mask, allows_nan=False):
+    """Returns `features` [B, L, F] once the values of every real document (`mask` [B, L]) are
+    finite, else fails: a NaN or infinite feature value is refused, as in training data
+    (tfapprox.data.letor). For a model that handles missing values (`allows_nan`), NaN marks one
+    and passes; infinite values are refused."""
+    if allows_nan:
+        bad, rule, held = tf.math.is_inf(features), "must not be infinite", "infinite"
+    else:
+        bad, rule, held = ~tf.math.is_finite(features), "must be finite", "NaN or infinite"
+    bad = tf.reduce_any(bad, axis=2) & mask
     check = tf.debugging.Assert(
-        tf.reduce_all(finite),
+        tf.logical_not(tf.reduce_any(bad)),
         [
-            f"{signature}: feature values must be finite; some {unit} hold NaN or infinite "
-            f"values. {unit.capitalize()} that do:",
-            tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32)),
+            f"{signature}: feature values {rule}; some documents hold {held} values. Documents "
+            "that do:",
+            tf.reduce_sum(tf.cast(bad, tf.int32)),
         ],
     )
     with tf.control_dependencies([check]):
@@ -312,26 +329,14 @@ class _Signatures:
         self.bounds = bounds
         self.spec = _document_spec(num_features, example_layout)
         self.depends_on_list = scores_depend_on_list(model)
+        # A scorer trained on data with missing values (its `handles_missing`) reads NaN as one.
+        self.allows_nan = bool(getattr(model, "handles_missing", False))
 
     def score(self, signature, features, mask, lists=True):
-        """Returns the scores [B, L] of `features`, 0 on padded slots, after checking that B x L is
-        within the bounds; fails if a real document's score is NaN or infinite."""
-        shape = tf.shape(mask)
-        features = _assert_at_most(signature, self.bounds, shape[0], shape[1], features, lists)
-        scores = self.model({"features": features, "mask": mask}, training=False)
-        scores = tf.cast(tf.reshape(scores, shape), tf.float32)
-        finite = tf.math.is_finite(scores) | ~mask
-        check = tf.debugging.Assert(
-            tf.reduce_all(finite),
-            [
-                f"{signature}: scores are not finite (NaN or infinite) for some "
-                "documents, though their features are: feature values this large overflow the "
-                "model. Documents affected:",
-                tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32)),
-            ],
-        )
-        with tf.control_dependencies([check]):
-            return tf.where(mask, scores, tf.zeros_like(scores))
+        """Returns the scores [B, L] of `features` (`checked_scores`)."""
+        return checked_scores(
+            signature, self.bounds, mask,
+            lambda mask: self.model({"features": features, "mask": mask}, training=False), lists)
 
     def parse(self, signature, requests, documents, wrong_proto, lists):
         """Returns features [B, L, F] (0 on padded slots) and mask [B, L] of `requests` [B],
@@ -346,8 +351,7 @@ class _Signatures:
             features, mask = tf.cond(fits, lambda: (features, mask), parse_safely)
         else:
             features, mask = parse_safely()
-        finite = tf.reduce_all(tf.math.is_finite(features), axis=2) | ~mask
-        features = _assert_finite(signature, features, finite, "documents")
+        features = _assert_finite(signature, features, mask, self.allows_nan)
         return tf.where(mask[:, :, None], features, 0.0), mask
 
     def _parse_with_checks(self, signature, requests, documents, wrong_proto, lists):
@@ -369,78 +373,107 @@ class _Signatures:
 
     def lists(self, signature, argument, elwc):
         """Scores [B, L] of ELWCs `elwc` [B], the input `argument` of `signature`."""
-        wrong_proto = [
-            f"{signature} expects `{argument}`: serialized ExampleListWithContext protos, one "
-            "per list; some of the strings received are not (a serialized tf.Example per "
-            f"document goes to score_examples or {REGRESS}). Number of strings received:",
-            tf.size(elwc),
-        ]
+        wrong_proto = wrong_proto_message(signature, argument, elwc, lists=True)
         features, mask = self.parse(signature, elwc, _list_documents, wrong_proto, lists=True)
         return self.score(signature, features, mask)
 
     def documents(self, signature, argument, examples):
         """Scores [n] of tf.Examples `examples` [n], each a list of its own."""
-        wrong_proto = [
-            f"{signature} expects `{argument}`: serialized tf.Example protos, one per "
-            "document; some of the strings received are not (a serialized "
-            f"ExampleListWithContext goes to serving_default or {PREDICT}). Number of strings "
-            "received:",
-            tf.size(examples),
-        ]
+        wrong_proto = wrong_proto_message(signature, argument, examples, lists=False)
         features, mask = self.parse(signature, examples, tf.identity, wrong_proto, lists=False)
         return self.score(signature, features, mask, lists=False)[:, 0]
 
     def features(self, features):
         """`score_features`: every slot of `features` [B, L, F] is a document."""
         features = _checked_shape("score_features", features, self.num_features)
-        finite = tf.reduce_all(tf.math.is_finite(features), axis=2)
-        features = _assert_finite("score_features", features, finite, "documents")
+        mask = tf.ones(tf.shape(features)[:2], dtype=tf.bool)
+        features = _assert_finite("score_features", features, mask, self.allows_nan)
         if self.depends_on_list:
             features = _refuse_padded_lists(features)
-        mask = tf.ones(tf.shape(features)[:2], dtype=tf.bool)
         return {"scores": self.score("score_features", features, mask)}
 
     def masked_features(self, features, mask):
         """`score_features_masked`: the slots of `features` [B, L, F] where `mask` [B, L] holds."""
         features = _checked_shape(MASKED, features, self.num_features)
         mask = _checked_mask(features, mask)
-        finite = tf.reduce_all(tf.math.is_finite(features), axis=2) | ~mask
-        features = _assert_finite(MASKED, features, finite, "documents")
+        features = _assert_finite(MASKED, features, mask, self.allows_nan)
         features = tf.where(mask[:, :, None], features, 0.0)
         return {"scores": self.score(MASKED, features, mask)}
+
+
+def wrong_proto_message(signature, argument, strings, lists):
+    """The Assert data refusing `strings` that are not the protos of `signature`'s `argument`:
+    ELWCs if `lists`, else tf.Examples."""
+    if lists:
+        expected = ("serialized ExampleListWithContext protos, one per list", "a serialized "
+                    f"tf.Example per document goes to score_examples or {REGRESS}")
+    else:
+        expected = ("serialized tf.Example protos, one per document", "a serialized "
+                    f"ExampleListWithContext goes to serving_default or {PREDICT}")
+    return [
+        f"{signature} expects `{argument}`: {expected[0]}; some of the strings received are not "
+        f"({expected[1]}). Number of strings received:",
+        tf.size(strings),
+    ]
+
+
+def checked_scores(signature, bounds, mask, score, lists=True):
+    """Returns `score(mask)` as float32 scores [B, L] (`mask` [B, L], True on real documents), 0
+    on padded slots, once B x L is within `bounds`; fails if a real document's score is NaN or
+    infinite."""
+    shape = tf.shape(mask)
+    mask = _assert_at_most(signature, bounds, shape[0], shape[1], mask, lists)
+    scores = tf.cast(tf.reshape(score(mask), shape), tf.float32)
+    finite = tf.math.is_finite(scores) | ~mask
+    check = tf.debugging.Assert(
+        tf.reduce_all(finite),
+        [
+            f"{signature}: scores are not finite (NaN or infinite) for some "
+            "documents, though their features are: feature values this large overflow the "
+            "model. Documents affected:",
+            tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32)),
+        ],
+    )
+    with tf.control_dependencies([check]):
+        return tf.where(mask, scores, tf.zeros_like(scores))
+
+
+# The signatures taking serialized protos: (name, input, output, whether one string is a list).
+STRING_SIGNATURES = (
+    ("serving_default", "elwc", "scores", True),
+    ("score_examples", "examples", "scores", False),
+    (PREDICT, "inputs", "outputs", True),
+    (REGRESS, "inputs", "outputs", False),
+)
+
+
+def _endpoint(function, name, argument, output):
+    """The function of the string signature `name`: `{output: function(name, argument, strings)}`
+    (one argument, as a signature's function takes)."""
+    return lambda strings: {output: function(name, argument, strings)}
+
+
+def archive_of(model, signatures):
+    """Returns a `keras.export.ExportArchive` tracking `model`, with the `STRING_SIGNATURES` of
+    `signatures` (its `lists` and `documents` functions)."""
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    for name, argument, output, lists in STRING_SIGNATURES:
+        function = signatures.lists if lists else signatures.documents
+        archive.add_endpoint(name, _endpoint(function, name, argument, output),
+                             [tf.TensorSpec([None], tf.string, name=argument)])
+    return archive
 
 
 def build_archive(model, num_features, example_layout, bounds):
     """Returns a `keras.export.ExportArchive` of `model` holding the six scoring signatures."""
     signatures = _Signatures(model, num_features, example_layout, bounds)
     features = tf.TensorSpec([None, None, num_features], tf.float32, name="features")
-    elwc = tf.TensorSpec([None], tf.string, name="elwc")
-    examples = tf.TensorSpec([None], tf.string, name="examples")
-    inputs = tf.TensorSpec([None], tf.string, name="inputs")
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint(
-        "serving_default",
-        lambda elwc: {"scores": signatures.lists("serving_default", "elwc", elwc)},
-        [elwc],
-    )
+    archive = archive_of(model, signatures)
     archive.add_endpoint("score_features", signatures.features, [features])
     archive.add_endpoint(
         MASKED,
         signatures.masked_features,
         [features, tf.TensorSpec([None, None], tf.bool, name="mask")],
-    )
-    archive.add_endpoint(
-        "score_examples",
-        lambda examples: {"scores": signatures.documents("score_examples", "examples", examples)},
-        [examples],
-    )
-    archive.add_endpoint(
-        PREDICT, lambda inputs: {"outputs": signatures.lists(PREDICT, "inputs", inputs)}, [inputs]
-    )
-    archive.add_endpoint(
-        REGRESS,
-        lambda inputs: {"outputs": signatures.documents(REGRESS, "inputs", inputs)},
-        [inputs],
     )
     return archive

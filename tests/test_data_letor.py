@@ -280,7 +280,7 @@ BAD_INPUTS = [
     ("1 qid: 1:0.5\n", None, r"bad\.txt:1: expected 'qid:ID' as second token, got 'qid:'"),
     ("1\n", None, r"bad\.txt:1: expected 'LABEL qid:ID INDEX:VALUE \.\.\.', got only '1'"),
     ("1 qid:1 1:0.5 2:abc 3:1\n", None, r"bad\.txt:1: non-numeric feature value in token '2:abc'"),
-    ("1 qid:1 1:0.5 2:inf\n", None, r"bad\.txt:1: non-finite feature value in token '2:inf'"),
+    ("1 qid:1 1:0.5 2:inf\n", None, r"bad\.txt:1: infinite feature value in token '2:inf'"),
     ("1 qid:1 1:0.5 3:1e40\n", None, r"bad\.txt:1: feature value overflows float32 in token '3:1e40'"),
     ("1 qid:1 1:0.5 2:-1e39\n", None, r"bad\.txt:1: feature value overflows float32 in token '2:-1e39'"),
     ("1e40 qid:1 1:0.5\n", None, r"bad\.txt:1: label '1e40' overflows float32"),

@@ -26,6 +26,8 @@ import math
 import keras
 from keras import ops
 
+from tfapprox.missing_values import MissingValueFill, missing_values
+
 __all__ = [
     "PRESETS",
     "RECIPES",
@@ -83,15 +85,18 @@ def standardize_within_lists(x, mask, epsilon=1e-3):
         z_{q,d,f} = (x_{q,d,f} − μ_{q,f}) / √(σ²_{q,f} + ε),
 
     μ and σ² the mean and (biased) variance of feature f over list q's documents where `mask`
-    `[B, L]` is True. A feature constant within a list gives 0 there. The list-level context a
-    tree ensemble, scoring each document alone, cannot use (a document's value relative to the
-    other candidates for the same query).
+    `[B, L]` is True, or, for a `mask` `[B, L, F]` of the values present, over the documents where
+    feature f is present (a missing value counts in no statistic and gives 0). A feature constant
+    within a list gives 0 there. The list-level context a tree ensemble, scoring each document
+    alone, cannot use (a document's value relative to the other candidates for the same query).
     """
     x = ops.cast(x, "float32")
-    valid = ops.expand_dims(ops.cast(mask, "bool"), -1)
+    valid = ops.cast(mask, "bool")
+    if len(valid.shape) == 2:
+        valid = ops.expand_dims(valid, -1)
     count = ops.maximum(ops.sum(ops.cast(valid, "float32"), axis=1, keepdims=True), 1.0)
     mean = ops.sum(ops.where(valid, x, 0.0), axis=1, keepdims=True) / count
-    centred = ops.where(valid, x - mean, 0.0)
+    centred = ops.where(valid, x - mean, 0.0)  # where(valid, ...): NaN at a missing value stays out
     variance = ops.sum(ops.square(centred), axis=1, keepdims=True) / count
     return centred * ops.rsqrt(variance + epsilon)
 
@@ -281,9 +286,10 @@ class QuantileTransform(keras.layers.Layer):
         tail = 0.5 / self.num_quantiles
         return _standard_normal_quantile(ops.clip(levels, tail, 1.0 - tail))
 
-    def adapt(self, features, mask=None):
+    def adapt(self, features, mask=None, ignore_missing=False):
         """Sets each feature's quantiles from `features` `[..., F]` (a NumPy-convertible array),
-        counting only the positions where `mask` `[...]` is True. Returns the layer."""
+        counting only the positions where `mask` `[...]` is True; with `ignore_missing`, only the
+        values that are not NaN (a feature with none keeps its quantiles). Returns the layer."""
         import numpy as np
 
         features = np.asarray(features, np.float64)
@@ -299,14 +305,22 @@ class QuantileTransform(keras.layers.Layer):
             rows = rows[np.asarray(mask, bool).reshape(-1)]
         if not len(rows):
             raise ValueError(f"{self.name}: adapt got no valid document.")
-        bad = ~np.isfinite(rows)
+        bad = np.isinf(rows) if ignore_missing else ~np.isfinite(rows)
         if bad.any():
             raise ValueError(
                 f"{self.name}: adapt got {int(bad.sum())} non-finite feature values (NaN or "
                 f"inf) in {int(bad.any(axis=1).sum())} of {len(rows)} valid documents."
             )
         levels = np.linspace(0.0, 1.0, self.num_quantiles)
-        self.quantiles.assign(np.quantile(rows, levels, axis=0).astype("float32"))
+        nan = np.isnan(rows)
+        if nan.any():
+            quantiles = np.array(self.quantiles, np.float64)
+            for f in range(rows.shape[1]):
+                if not nan[:, f].all():
+                    quantiles[:, f] = np.quantile(rows[~nan[:, f], f], levels)
+        else:
+            quantiles = np.quantile(rows, levels, axis=0)
+        self.quantiles.assign(quantiles.astype("float32"))
         return self
 
     def call(self, inputs):
@@ -488,6 +502,13 @@ class DNNScorer(keras.Model):
     last width and crosses it into the tower's output `h` as `(1 + a) ⊙ h` (latent cross) before
     Dense(1).
 
+    Missing values: with `handles_missing=True` a NaN feature value of a real document is
+    missing. It stays out of the input transform, of `adapt`'s quantiles and of the list
+    standardisation's statistics (its standardised value is 0), and `MissingValueFill` replaces
+    it by the feature's learned fill value and appends a missing indicator per feature (F more
+    inputs), so no NaN reaches any layer or batch statistic. Without it a NaN feature value
+    makes that document's score NaN.
+
     Inputs are `{"features": float [B, L, F], "mask": bool [B, L]}` (mask optional) or a bare
     `[B, L, F]` tensor in which every slot is valid. The output layer runs in float32, so scores
     are float32 under a mixed-precision policy too.
@@ -507,6 +528,8 @@ class DNNScorer(keras.Model):
         attention_layers: Stacked self-attention blocks over the list, >= 0 (0: none).
         attention_heads: Heads per attention block.
         attention_units: Width of the attention blocks (divisible by `attention_heads`).
+        handles_missing: Whether NaN feature values are missing values (see above); the model's
+            attribute of that name says so to exports and serving.
     """
 
     def __init__(
@@ -522,6 +545,7 @@ class DNNScorer(keras.Model):
         attention_layers=0,
         attention_heads=2,
         attention_units=64,
+        handles_missing=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -555,6 +579,7 @@ class DNNScorer(keras.Model):
         self.attention_layers = attention_layers
         self.attention_heads = attention_heads
         self.attention_units = attention_units
+        self.handles_missing = bool(handles_missing)
 
         def batch_norm(name):
             return MaskedBatchNormalization(
@@ -563,6 +588,7 @@ class DNNScorer(keras.Model):
 
         self.quantile = (QuantileTransform(name="input_quantiles")
                          if input_transform == "quantile" else None)
+        self.missing_fill = MissingValueFill(name="missing_fill") if self.handles_missing else None
         self.input_norm = batch_norm("input_batch_norm") if self.input_batch_norm else None
         self.hidden_dense, self.hidden_norms, self.dropouts = [], [], []
         for i, units in enumerate(hidden_units):
@@ -597,7 +623,9 @@ class DNNScorer(keras.Model):
             )
         if self.quantile is not None and not self.quantile.built:  # adapt may have built it
             self.quantile.build((None, None, num_features))
-        width = 2 * num_features if self.list_standardize else num_features
+        if self.missing_fill is not None:
+            self.missing_fill.build((None, None, num_features))
+        width = num_features * (1 + self.list_standardize + self.handles_missing)
         if self.input_norm is not None:
             self.input_norm.build((None, None, width))
         if self.interaction is not None:
@@ -614,14 +642,22 @@ class DNNScorer(keras.Model):
 
     def call(self, inputs, training=False):
         features, mask = split_inputs(inputs)
-        valid = ops.expand_dims(mask, -1)
-        x = ops.where(valid, features, ops.zeros_like(features))
+        if self.handles_missing:
+            present, missing = missing_values(features, mask)
+        else:
+            present = ops.expand_dims(mask, -1)
+        x = ops.where(present, features, ops.zeros_like(features))
         if self.input_transform == "log1p":
             x = symmetric_log1p(x)
         elif self.quantile is not None:
             x = self.quantile(x)
+        standardized = None
         if self.list_standardize:
-            x = ops.concatenate([ops.cast(x, "float32"), standardize_within_lists(x, mask)], -1)
+            standardized = standardize_within_lists(x, present if self.handles_missing else mask)
+        if self.missing_fill is not None:
+            x = self.missing_fill(x, missing)
+        if standardized is not None:
+            x = ops.concatenate([ops.cast(x, "float32"), standardized], -1)
         if self.input_norm is not None:
             x = self.input_norm(x, mask=mask, training=training)
         if training and self.noise_seed is not None:
@@ -642,9 +678,10 @@ class DNNScorer(keras.Model):
 
     def adapt(self, features, mask=None):
         """Fits the input transform to training documents (`features` `[..., F]`, `mask` `[...]`):
-        the quantiles of `input_transform="quantile"`; nothing for the other transforms."""
+        the quantiles of `input_transform="quantile"` (of the values present, with
+        `handles_missing`); nothing for the other transforms."""
         if self.quantile is not None:
-            self.quantile.adapt(features, mask)
+            self.quantile.adapt(features, mask, ignore_missing=self.handles_missing)
 
     def compute_output_shape(self, input_shape):
         feature_shape = input_shape["features"] if isinstance(input_shape, dict) else input_shape
@@ -664,6 +701,7 @@ class DNNScorer(keras.Model):
             "attention_layers": self.attention_layers,
             "attention_heads": self.attention_heads,
             "attention_units": self.attention_units,
+            "handles_missing": self.handles_missing,
         }
 
 

@@ -59,6 +59,7 @@ def _convert(args) -> int:
             f"({'integers' if spec['integer_labels'] else 'not all integers'}), "
             f"{len(spec['shards'])} shard(s), format {spec['format']}"
         )
+        print(f"  {_missing_summary(spec)}")
         if spec.get("noncontiguous_queries"):
             print(
                 f"  {spec['noncontiguous_queries']} queries whose lines are not contiguous (their "
@@ -68,6 +69,18 @@ def _convert(args) -> int:
     rate = total_docs / max(elapsed, 1e-9)
     print(f"converted {total_docs} docs in {elapsed:.1f}s ({rate:,.0f} docs/s)")
     return 0
+
+
+def _missing_summary(spec: dict) -> str:
+    """One line: how many values were missing (NULL or nan), in all and per feature that has any."""
+    counts = spec.get("missing_values") or []
+    total = sum(counts)
+    if not total:
+        return "missing values (NULL or nan): none"
+    share = total / max(1, spec["num_docs"] * spec["num_features"])
+    per_feature = ", ".join(f"{i}:{n}" for i, n in enumerate(counts, 1) if n)
+    return (f"missing values (NULL or nan, read as NaN): {total} ({share:.1%}); per feature "
+            f"(index:count) {per_feature}")
 
 
 def _max_label(text: str) -> float | None:

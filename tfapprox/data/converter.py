@@ -222,6 +222,7 @@ def _write_shards(queries, output_dir: Path, names: list[str], record_format: st
     shard_docs = [0] * len(names)
     labels = _LabelStats()
     list_sizes = []
+    missing = None  # [F] missing values (NaN) per feature
     for name in names:  # TFRecordWriter follows links: create each file first, as a new regular file
         os.close(create_file(output_dir / name))
     writers = [tf.io.TFRecordWriter(str(output_dir / name)) for name in names]
@@ -234,6 +235,8 @@ def _write_shards(queries, output_dir: Path, names: list[str], record_format: st
             shard_docs[shard] += len(query.labels)
             list_sizes.append(len(query.labels))
             labels.add(query.labels)
+            counts = np.isnan(query.features).sum(axis=0)
+            missing = counts if missing is None else missing + counts
     finally:
         for writer in writers:
             writer.close()
@@ -243,6 +246,7 @@ def _write_shards(queries, output_dir: Path, names: list[str], record_format: st
         **labels.as_dict(),
         "min_list_size": min(list_sizes, default=0),
         "max_list_size": max(list_sizes, default=0),
+        "missing_values": [] if missing is None else missing.tolist(),
         "shards": [
             {"file": name, "num_lists": n_lists, "num_docs": n_docs}
             for name, n_lists, n_docs in zip(names, shard_lists, shard_docs)

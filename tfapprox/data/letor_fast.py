@@ -5,7 +5,8 @@ A read whose every line is dense (``LABEL qid:ID 1:v 2:v ... F:v``, single space
 parsed by one ``numpy.loadtxt`` call after byte-level checks of its structure and indices
 (:func:`parse_dense_lines`); a block of other lines by ``numpy.loadtxt`` again when it is dense
 (:func:`load_dense`), else by a numpy tokeniser (:func:`parse_sparse`). Each returns None at the
-first doubt, and the caller falls back to the token-by-token parser, which names the problem.
+first doubt, and the caller falls back to the token-by-token parser, which names the problem. The
+tokeniser reads missing-value markers (``NULL``, ``nan``) as NaN, as the token parser does.
 Standard library and numpy only: the parsing workers load it.
 """
 
@@ -16,10 +17,12 @@ import re
 
 import numpy as np
 
-from tfapprox.data.letor_tokens import BLOCK_LINES, FLOAT32_MAX, NUMBER_CHARS, Block
+from tfapprox.data.letor_tokens import BLOCK_LINES, FLOAT32_MAX, MISSING_MARKERS, NUMBER_CHARS, Block
 
 _IS_NUMBER_BYTE = np.zeros(256, dtype=bool)
 _IS_NUMBER_BYTE[list(NUMBER_CHARS) + [0]] = True  # 0: padding of the gathered value bytes
+_IS_LETTER_BYTE = np.zeros(256, dtype=bool)
+_IS_LETTER_BYTE[list(range(ord("A"), ord("Z") + 1)) + list(range(ord("a"), ord("z") + 1))] = True
 _QID_VALUE = re.compile(rb"qid:([^ ]*)")
 _COLON_TO_SPACE = bytes.maketrans(b":", b" ")
 
@@ -179,7 +182,11 @@ def parse_sparse(bodies: list[bytes]):
     columns = np.arange(width)
     gathered = data[np.minimum(colons[:, None] + 1 + columns, data.size - 1)]
     gathered[columns >= value_len[:, None]] = 0
-    if not _IS_NUMBER_BYTE[gathered].all():  # float() would take '1_0', ' 1', 'nan', ...
+    missing = _missing_markers(gathered, value_len)
+    if missing is not None:
+        gathered[missing] = 0
+        gathered[missing, 0] = ord("0")
+    if not _IS_NUMBER_BYTE[gathered].all():  # float() would take '1_0', ' 1', 'inf', ...
         return None
     try:
         values = np.ascontiguousarray(gathered).view(f"S{width}").ravel().astype(np.float64)
@@ -189,10 +196,27 @@ def parse_sparse(bodies: list[bytes]):
         values = values.astype(np.float32)
     if not np.isfinite(values).all():
         return None
+    if missing is not None:
+        values[missing] = np.nan
     counts = np.fromiter((b.count(b":") for b in bodies), dtype=np.int64, count=len(bodies))
     if not _unique_per_document(counts, indices):
         return None
     return counts, indices, values
+
+
+def _missing_markers(gathered: np.ndarray, value_len: np.ndarray) -> np.ndarray | None:
+    """Where the values ``gathered`` [P, width] (bytes, 0-padded to ``value_len``) are missing-value
+    markers (``NULL``, ``nan``, ... in any case); None if no value holds a letter."""
+    letters = _IS_LETTER_BYTE[gathered]
+    if not letters.any():
+        return None
+    lowered = gathered | np.where(letters, 0x20, 0).astype(np.uint8)
+    missing = np.zeros(len(gathered), dtype=bool)
+    for marker in MISSING_MARKERS:
+        if gathered.shape[1] >= len(marker):
+            spelled = (lowered[:, :len(marker)] == np.frombuffer(marker, np.uint8)).all(axis=1)
+            missing |= spelled & (value_len == len(marker))
+    return missing
 
 
 def _unique_per_document(counts: np.ndarray, indices: np.ndarray) -> bool:

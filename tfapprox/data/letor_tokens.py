@@ -21,7 +21,11 @@ NUMBER_CHARS = b"0123456789.+-eE"
 DECIMAL = re.compile(rb"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _NON_FINITE = re.compile(rb"[+-]?(?:nan|inf|infinity)", re.IGNORECASE)  # refused by name, later
 NUMBER_HINT = "(LETOR numbers are plain decimals such as 2, -0.5 or 1e-3)"
+_VALUE_HINT = NUMBER_HINT[:-1] + "; a missing value is NULL or nan)"
 INDEX_VALUE = re.compile(rb"\d+:")
+# A feature value that is missing, read as NaN: NULL (LETOR 4.0's aggregation sets) and nan (what
+# LightGBM, XGBoost, numpy and C write for NaN; C's printf writes -nan too), in any letter case.
+MISSING_MARKERS = (b"null", b"nan", b"-nan", b"+nan")
 
 
 class LetorFormatError(ValueError):
@@ -69,6 +73,11 @@ def parse_number(text: bytes) -> float | None:
     if DECIMAL.fullmatch(text) or _NON_FINITE.fullmatch(text):
         return float(text)
     return None
+
+
+def is_missing(text: bytes) -> bool:
+    """True if the feature value ``text`` is a missing-value marker (``NULL``, ``nan``, ...)."""
+    return text.lower() in MISSING_MARKERS
 
 
 def split_lines(path: Path, first_lineno: int, data: bytes, grouped: bool) -> Iterator[Line]:
@@ -134,7 +143,7 @@ def _refuse_unicode_space(path: Path, lineno: int, raw: bytes) -> None:
 
 def parse_tokens(path, linenos, bodies, num_features=None):
     """Returns ``(counts [n], indices [P], values [P])`` of the ``INDEX:VALUE`` tokens of each line
-    body, token by token; raises LetorFormatError naming file, line and token on the first problem."""
+    body, token by token (a missing-value marker as NaN); raises LetorFormatError naming file, line and token on the first problem."""
     counts, indices, values = [], [], []
     for lineno, body in zip(linenos, bodies):
         seen = set()
@@ -154,13 +163,16 @@ def parse_tokens(path, linenos, bodies, num_features=None):
                     f"{where}: feature index {index} is above num_features={num_features} "
                     f"in token {show(token)}"
                 )
-            value = parse_number(value_text)
+            value = math.nan if is_missing(value_text) else parse_number(value_text)
             if value is None:
                 raise LetorFormatError(
-                    f"{where}: non-numeric feature value in token {show(token)} {NUMBER_HINT}"
+                    f"{where}: non-numeric feature value in token {show(token)} {_VALUE_HINT}"
                 )
-            if not math.isfinite(value):
-                raise LetorFormatError(f"{where}: non-finite feature value in token {show(token)}")
+            if math.isinf(value):
+                raise LetorFormatError(
+                    f"{where}: infinite feature value in token {show(token)} (a missing value is "
+                    "NULL or nan)"
+                )
             if abs(value) > FLOAT32_MAX:
                 raise LetorFormatError(f"{where}: feature value overflows float32 in token {show(token)}")
             if index in seen:

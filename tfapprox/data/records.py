@@ -10,8 +10,8 @@ One list (all documents of one query) is stored as one record. Two record kinds 
 
 A document ``tf.train.Example`` comes in one of two layouts:
 
-* ``"vector"`` (what this package writes): one float feature ``"features"`` of length F, and the
-  graded label as a one-element float feature ``"relevance"``.
+* ``"vector"`` (what this package writes): one float feature ``"features"`` of length F (NaN where
+  a value is missing), and the graded label as a one-element float feature ``"relevance"``.
 * ``"per_feature"`` (what TF-Ranking's LETOR examples write): scalar float features ``"1"`` .. ``"F"``
   (a missing one reads as 0, as in sparse SVMlight) and ``"relevance"`` (float or int64).
 
@@ -34,6 +34,11 @@ QID_KEY = "qid"
 PAD_LABEL = -1.0
 
 RECORD_FORMATS = ("elwc", "sequence_example")
+# A document without the vector "features" key reads as this NaN, whose payload arithmetic never
+# makes (numpy, C and protobuf write NaN as 0x7fc00000 or 0xffc00000): a missing value (NaN) in a
+# document is data, an absent key an error.
+ABSENT_BITS = 0x7FC0ADD5
+ABSENT = np.array(ABSENT_BITS, np.uint32).view(np.float32)[()]
 EXAMPLE_LAYOUTS = ("vector", "per_feature")
 
 
@@ -388,18 +393,18 @@ def parse_example_lists(
     examples = tf.convert_to_tensor(examples, dtype=tf.string)
     shape = tf.shape(examples)
     # Parsing the [B * L] grid, padding ("") included, and reshaping is cheaper than gathering the
-    # real documents and scattering them back. Padding reads the NaN default, replaced below.
+    # real documents and scattering them back. Padding reads the ABSENT default, replaced below.
     features, labels = _parse_documents(
-        tf.reshape(examples, [-1]), num_features, layout, label_dtype, True, float("nan")
+        tf.reshape(examples, [-1]), num_features, layout, label_dtype, True, ABSENT
     )
     features = tf.reshape(features, [shape[0], shape[1], num_features])
     labels = tf.reshape(labels, shape)
     mask = tf.sequence_mask(lengths, maxlen=shape[1])
     checks = [assert_finite_labels(labels, mask)]
     if layout == "vector":
-        missing = tf.reduce_any(tf.math.is_nan(features[:, :, 0]) & mask)
-        message = f"a document Example has no {FEATURES_KEY!r} feature (or its first value is NaN)"
-        checks.append(tf.debugging.Assert(tf.logical_not(missing), [message]))
+        absent = tf.equal(tf.bitcast(features[:, :, 0], tf.int32), ABSENT_BITS)
+        message = f"a document Example has no {FEATURES_KEY!r} feature"
+        checks.append(tf.debugging.Assert(tf.logical_not(tf.reduce_any(absent & mask)), [message]))
     with tf.control_dependencies(checks):
         features = tf.where(mask[:, :, None], features, 0.0)
     return features, mask, tf.where(mask, labels, PAD_LABEL)

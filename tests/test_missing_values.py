@@ -175,3 +175,22 @@ def test_quantiles_are_fitted_to_the_values_present():
     layer.adapt(features, ignore_missing=True)
     np.testing.assert_array_equal(to_numpy(layer.quantiles)[:, 0], [0.0, 2.0, 4.0])
     np.testing.assert_array_equal(to_numpy(layer.quantiles)[:, 1], before)  # none present
+
+
+def test_has_missing_values_reads_the_spec_or_else_the_records(tmp_path):
+    import shutil
+
+    from tfapprox.data import converter
+    from tfapprox.data.dataset import has_missing_values
+
+    for name, text in (("agg", TEXT), ("full", TEXT.replace("NULL", "1").replace("nan", "2")
+                                             .replace("NaN", "3").replace("NAN", "4")
+                                             .replace("null", "5"))):
+        (tmp_path / f"{name}.txt").write_text(text)
+        converter.convert(tmp_path / f"{name}.txt", tmp_path / name)
+        shard = next((tmp_path / name).glob("*.tfrecord"))
+        bare = tmp_path / f"{name}-bare"  # the records without their spec.json: read them
+        bare.mkdir()
+        shutil.copy(shard, bare / shard.name)
+        for files in ([shard], [bare / shard.name]):
+            assert has_missing_values(files, NUM_FEATURES) is (name == "agg"), (name, files)

@@ -710,10 +710,25 @@ def check_relevant_documents(splits: dict, *, sources: dict | None = None,
 
 def _has_relevant_document(files: list, num_features: int | None) -> bool:
     """Reads the answer from converted sets' spec.json label range, or else from the labels."""
+    return _any_list(files, num_features, lambda spec: (spec.get("label_max") or 0) > 0,
+                     lambda inputs, labels: tf.reduce_any(labels > 0))
+
+
+def has_missing_values(files: list, num_features: int | None = None) -> bool:
+    """Whether a document of ``files`` (TFRecord lists) misses a feature value (NaN): from
+    converted sets' spec.json (``missing_values``), or else from the features (one pass)."""
+    return _any_list(files, num_features, lambda spec: any(spec.get("missing_values") or []),
+                     lambda inputs, labels: tf.reduce_any(tf.math.is_nan(inputs["features"])))
+
+
+def _any_list(files: list, num_features: int | None, in_spec: Callable[[dict], bool],
+              in_batch: Callable) -> bool:
+    """Whether ``in_spec`` holds for a directory's spec.json, where every directory of ``files``
+    has one, else whether ``in_batch(inputs, labels)`` holds for a batch of the lists."""
     specs = [shards.read_spec(directory) for directory in {Path(f).parent for f in files}]
     if all(spec is not None for spec in specs):
-        return any((spec.get("label_max") or 0) > 0 for spec in specs)
+        return any(in_spec(spec) for spec in specs)
     dataset = ranking_dataset([str(f) for f in files], 64, None, shuffle=False,
                               num_features=num_features)
     return bool(dataset.reduce(tf.constant(False),
-                               lambda found, batch: found | tf.reduce_any(batch[1] > 0)))
+                               lambda found, batch: found | in_batch(*batch)))

@@ -1,8 +1,9 @@
 """Streaming reader for LETOR / SVMlight ranking text.
 
 One document a line: ``label qid:ID index:value index:value ... # optional comment``. Feature
-indices are 1-based ASCII digits and may be sparse (a missing feature reads as 0); labels and values
-are plain decimals with an optional exponent (``2``, ``-0.5``, ``1e-3``: no ``1_0``, no hex). Tokens are
+indices are 1-based ASCII digits and may be sparse (an index left out reads as 0); labels and values
+are plain decimals with an optional exponent (``2``, ``-0.5``, ``1e-3``: no ``1_0``, no hex). A value
+``NULL`` or ``nan`` (any letter case, ``nan`` with an optional sign) is missing and reads as NaN. Tokens are
 separated by ASCII spaces or tabs (other whitespace, such as a non-breaking space, is an error). Lines
 may end in LF, CRLF or CR alone, a UTF-8 byte order mark at the start is skipped, files may be
 gzip-compressed (detected from the magic bytes), and blank or comment-only lines are skipped.

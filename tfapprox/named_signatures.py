@@ -97,8 +97,9 @@ def _dtype_check(signature, features, unit):
 
     def check(examples):
         return _named(signature, _wrong_dtypes(examples, features), features,
-                      lambda f: f"{f.name!r} ({f.dtype})",
-                      f"some {unit} hold a feature in another dtype than the spec's (in brackets)")
+                      lambda f: f"{f.name} ({f.dtype})",
+                      f"some {unit} hold a feature in another dtype than the spec gives it (in "
+                      "brackets)")
 
     return check
 
@@ -116,13 +117,13 @@ def _checked_values(signature, parsed, features, real, unit):
         wrong = [tf.reduce_any((counts[f.name] != 0) & (counts[f.name] != f.length) & real)
                  for f in fixed]
         checks.append(_named(signature, tf.stack(wrong), fixed,
-                             lambda f: f"{f.name!r} ({f.length} {f.dtype})",
-                             f"some {unit} hold another number of values than the spec's (in "
+                             lambda f: f"{f.name} ({f.length} {f.dtype})",
+                             f"some {unit} hold another number of values than the spec gives (in "
                              "brackets) for"))
     if floats:
         finite = [tf.reduce_all(tf.math.is_finite(parsed[f.name]), axis=1) | ~real for f in floats]
         checks.append(_named(signature, ~tf.reduce_all(tf.stack(finite), axis=1), floats,
-                             lambda f: repr(f.name),
+                             lambda f: f.name,
                              f"feature values must be finite; some {unit} hold NaN or infinite "
                              "values in"))
     if features:
@@ -130,9 +131,10 @@ def _checked_values(signature, parsed, features, real, unit):
         none = tf.reduce_any(real & ~held)
         checks.append(tf.debugging.Assert(tf.logical_not(none), [
             f"{signature}: some {unit} hold none of the features this model reads there: "
-            f"{', '.join(repr(f.name) for f in features)}."
-            + (" TF Serving's Regress API merges an ExampleListWithContext's context into each "
-               "example; a client sending tf.Examples merges it itself." if unit == "contexts"
+            f"{', '.join(f.name for f in features)}."
+            + (" For the Regress API, TF Serving merges the context of an ExampleListWithContext "
+               "into each example; a client sending tf.Examples merges it itself."
+               if unit == "contexts"
                else "")]))
     with tf.control_dependencies(checks):
         out = {}
@@ -175,7 +177,11 @@ class _NamedSignatures:
                 return self.model.scorer(self.model.feature_inputs(ids), training=False)
             return self.model(ids, training=False)
 
-        return checked_scores(signature, self.bounds, mask, score, lists)
+        # An empty batch is answered without the model: ragged token lists of no list lose their
+        # list dimension when made dense.
+        return tf.cond(tf.shape(mask)[0] > 0,
+                       lambda: checked_scores(signature, self.bounds, mask, score, lists),
+                       lambda: tf.zeros(tf.shape(mask)))
 
     def lists(self, signature, argument, elwc):
         """Scores [B, L] of ELWCs `elwc` [B], the input `argument` of `signature`."""
@@ -234,6 +240,8 @@ def check_model_accepts(model, spec, vocabularies, bounds):
     if tuple(scores.shape) != (1, 1):
         raise ValueError("The model must return scores [batch, list]; for one list of one "
                          f"document it returned shape {tuple(scores.shape)}.")
+    if not model.built:  # a NamedFeatureScorer called past its own lookup
+        model.build()
 
 
 def build_named_archive(model, spec, lookup, bounds):

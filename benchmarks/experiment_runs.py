@@ -242,12 +242,17 @@ def code_version() -> str | None:
     return done.stdout.strip() or None
 
 
+# A set whose queries are another's, with other features: its runs start from that set's preset.
+SAME_QUERIES = {"MQ2008_AGG": "MQ2008"}
+
+
 def trainer_config(dataset: str) -> dict[str, Any]:
     """Returns the trainer's configuration (a plain dict) that a neural run on `dataset` starts
-    from: its preset named like the set (ohsumed, mq2008), else the trainer's defaults."""
+    from: its preset named like the set (ohsumed, mq2008; MQ2008_AGG: mq2008's), else the
+    trainer's defaults."""
     from trainer import config as config_lib
 
-    name = dataset.lower()
+    name = SAME_QUERIES.get(dataset, dataset).lower()
     return config_lib.load_dict(name if name in config_lib.PRESETS else None)
 
 
@@ -288,9 +293,9 @@ def _train(config) -> dict[str, Any]:
 
 def _best_model(config, num_features: int):
     """Returns the evaluation model with the best weights of `config`'s checkpoint."""
-    from trainer import train
+    from trainer.build import restore_best
 
-    return train.restore_best(config, num_features).eval_model
+    return restore_best(config, num_features).eval_model
 
 
 def _neural(run: Run, files: dict[str, list[str]], num_features: int,

@@ -138,10 +138,10 @@ TRAIN_ON_JAX = """
     run_dir, export_dir, config_file, out = sys.argv[1:]
     assert main(["train", "--backend", "jax", "--config", config_file, "--run-dir", run_dir,
                  "--export-dir", export_dir, "--name", "jax_run"]) == 0
-    from trainer import config as config_lib, train  # Keras, imported by main on JAX
+    from trainer import build, config as config_lib  # Keras, imported by main on JAX
 
     config = config_lib.load(f"{run_dir}/config.json")
-    built = train.restore_best(config)
+    built = build.restore_best(config)
     features = np.random.default_rng(1).normal(size=(3, 7, 8)).astype("float32")
     scores = built.eval_model({"features": features, "mask": np.ones((3, 7), bool)})
     np.savez(out, features=features, scores=np.asarray(scores))

@@ -268,7 +268,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 from tfapprox import losses
-from trainer import config as config_lib, distribute, train
+from trainer import build, config as config_lib, distribute
 
 rng = np.random.default_rng(0)
 labels = rng.integers(0, 3, (4, 6)).astype("float32")
@@ -287,7 +287,7 @@ for name in sys.argv[1:]:
                             ("two", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
         dist = distribute.Distribution(strategy, "default" if label == "one" else "mirrored", True, 0, 1)
         keras.utils.set_random_seed(0)
-        model = train._build(config, 5, dist).model
+        model = build.build(config, 5, dist).model
         if weights is None:
             weights = model.get_weights()
         model.set_weights(weights)

@@ -20,7 +20,7 @@ import yaml
 
 from tfapprox import losses
 from tfapprox.data import convert, synthetic
-from trainer import checkpoint, config as config_lib, cv, data, run_files, run_lock, train
+from trainer import build, checkpoint, config as config_lib, cv, data, run_files, run_lock, train
 from trainer.config import DataConfig
 from trainer.__main__ import main
 
@@ -504,7 +504,7 @@ def test_quantile_inputs_are_fitted_to_the_training_documents(tmp_path, cache_di
     features, _, masks = data.padded_lists(splits.train, splits)
     documents = np.concatenate([f[m] for f, m in zip(features, masks)])
     assert f"Input quantiles fitted to {len(documents)} training documents" in printed
-    quantiles = train.restore_best(config, splits.num_features).eval_model.quantile.quantiles
+    quantiles = build.restore_best(config, splits.num_features).eval_model.quantile.quantiles
     np.testing.assert_allclose(keras.ops.convert_to_numpy(quantiles),
                                np.quantile(documents, np.linspace(0, 1, 128), axis=0), rtol=1e-6)
 
@@ -665,7 +665,7 @@ def test_every_loss_builds_by_name_and_scores_the_trainers_model(tmp_path):
     for name in sorted(losses.LOSSES):
         params = LOSS_PARAMS.get(name, {})
         config = tiny_config(tmp_path, tmp_path, **{"loss.name": name, "loss.params": params})
-        model = train._build(config, 4, distribute.make("default")).model
+        model = build.build(config, 4, distribute.make("default")).model
         assert type(model.loss) is losses.LOSSES[name], name
         assert {param: model.loss.get_config()[param] for param in params} == params, name
         value = model.loss(labels, model(inputs, training=True))

@@ -433,7 +433,7 @@ def _check(command: str, config: config_lib.Config, dist, members: Sequence[str]
     """Raises for settings that would otherwise fail only once training has begun, or after it:
     the scorer, loss and metrics of every run, the batch size across replicas, data paths, the
     export target, an ensemble's run directory (`members`: its members' run directories)."""
-    from trainer import cv, data, run_files, train
+    from trainer import build, cv, data, export, run_files
 
     if recipe_plan is not None and command == "train":
         from trainer import recipes
@@ -442,7 +442,7 @@ def _check(command: str, config: config_lib.Config, dist, members: Sequence[str]
     runs = [fold_run.config for fold_run in cv.plan(config)] if command == "cv" else [config]
     runs = runs if recipe_plan is None else runs + list(recipe_plan.members.values())
     for run in runs:
-        train.check_components(run)
+        build.check_components(run)
         if command in ("train", "cv"):
             dist.check_batch_size(run.train.batch_size)
     if command == "train":
@@ -458,7 +458,7 @@ def _check(command: str, config: config_lib.Config, dist, members: Sequence[str]
         ensemble.check_run_dir(config.train.run_dir, members)
         run_files.check_claimable(config.train.run_dir)
     if command == "export" or (command in ("train", "ensemble") and config.export.enabled):
-        train.check_export_target(config)
+        export.check_export_target(config)
 
 
 def _error_line(command: str, err: BaseException) -> str:
@@ -467,7 +467,7 @@ def _error_line(command: str, err: BaseException) -> str:
 
 
 def _run(args: argparse.Namespace, config: config_lib.Config, dist) -> None:
-    from trainer import cv, data, run_files, train
+    from trainer import build, cv, data, export, run_files, train
 
     if getattr(args, "recipe", None):
         from trainer import recipes
@@ -486,8 +486,8 @@ def _run(args: argparse.Namespace, config: config_lib.Config, dist) -> None:
         results = train.evaluate(config, splits)
         run_files.write_json(run_dir / "evaluation.json", results)
     elif args.command == "export":
-        built = train.restore_best(config)
-        print(f"Exported {train.export(built.eval_model, config, built.num_features)}")
+        built = build.restore_best(config)
+        print(f"Exported {export.export(built.eval_model, config, built.num_features)}")
     else:
         cv.run(config, fresh=args.fresh, dist=dist)
 

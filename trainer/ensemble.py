@@ -149,14 +149,18 @@ def run(config: Config, members: list[str], print_fn: Printer = print) -> dict[s
 
     from tfapprox import losses
     from tfapprox.ensemble import NonFiniteScores, ScoreEnsemble
-    from trainer import data, run_files, train
+    from trainer import data, run_files
+    from trainer.build import Built, evaluate_on, restore_best
+    from trainer.export import export
+    from trainer.metric_names import metrics_named
+    from trainer.report import describe_method
 
     started = time.perf_counter()
     configs = [member_config(member) for member in members]
     check_finished(configs)
     splits = data.resolve(config.data, print_fn=print_fn)
     check_unseen(configs, config.data)
-    built = [train.restore_best(member, data_width=splits.num_features) for member in configs]
+    built = [restore_best(member, data_width=splits.num_features) for member in configs]
     vali = data.eval_dataset(splits.vali, splits)
     ensemble = ScoreEnsemble([b.eval_model for b in built], name="score_ensemble")
     try:
@@ -168,8 +172,8 @@ def run(config: Config, members: list[str], print_fn: Printer = print) -> dict[s
                          "and the validation features") from None
     results = {
         "run_dir": config.train.run_dir,
-        "members": [{"run_dir": member.train.run_dir, "method": train.describe_method(member),
-                     "validation": train.evaluate_on(b, vali)}
+        "members": [{"run_dir": member.train.run_dir, "method": describe_method(member),
+                     "validation": evaluate_on(b, vali)}
                     for member, b in zip(configs, built)],
         "offsets": [float(v) for v in keras.ops.convert_to_numpy(ensemble.offsets)],
         "scales": [float(v) for v in keras.ops.convert_to_numpy(ensemble.scales)],
@@ -177,15 +181,15 @@ def run(config: Config, members: list[str], print_fn: Printer = print) -> dict[s
     run_dir = run_files.claim(config.train.run_dir)
     run_files.replace_by_saving(run_dir / MODEL_FILE, ensemble.save)  # before compile: a model
     if config.export.enabled:                                          # to score with, not train
-        results["export_path"] = str(train.export(ensemble, config, splits.num_features))
+        results["export_path"] = str(export(ensemble, config, splits.num_features))
     # the members' metrics, less the monitors of a loss the ensemble was not trained on
     names = [name for name in built[0].eval_metrics if not name.startswith("approx_")]
     ensemble.compile(loss=losses.get(config.loss.name, **config.loss.params),  # Keras's evaluate
-                     metrics=train.metrics_named(names, config))         # needs one; unreported
-    scored = train.Built(model=None, eval_model=ensemble, eval_metrics=names,
+                     metrics=metrics_named(names, config))         # needs one; unreported
+    scored = Built(model=None, eval_model=ensemble, eval_metrics=names,
                          num_features=splits.num_features, reports_loss=False)
-    results["validation"] = train.evaluate_on(scored, vali)
-    results["test"] = (train.evaluate_on(scored, data.eval_dataset(splits.test, splits))
+    results["validation"] = evaluate_on(scored, vali)
+    results["test"] = (evaluate_on(scored, data.eval_dataset(splits.test, splits))
                        if splits.test else None)
     results["wall_seconds"] = time.perf_counter() - started
     run_files.write_json(run_dir / "results.json", results)
@@ -195,13 +199,13 @@ def run(config: Config, members: list[str], print_fn: Printer = print) -> dict[s
 
 def summary(results: dict[str, Any]) -> str:
     """Returns the members' validation metrics beside the ensemble's, and where it went."""
-    from trainer import train
+    from trainer.report import metrics_table
 
     lines = [f"Ensemble {results['run_dir']} of {len(results['members'])} runs:"]
     for member in results["members"]:
         metric, value = next(iter(member["validation"].items()))  # the selection metric
         lines.append(f"  {member['run_dir']}: {member['method']} | validation {metric} {value:.4f}")
-    lines.append(train.metrics_table(results))
+    lines.append(metrics_table(results))
     if "export_path" in results:
         lines.append(f"Exported {results['export_path']}")
     return "\n".join(lines)

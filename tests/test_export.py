@@ -473,6 +473,45 @@ def test_nan_features_are_refused_by_every_signature(loaded, signature, position
         loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
 
 
+class MissingAsZero(keras.Model):
+    """A linear scorer that reads NaN as a missing value (0 here), as a scorer trained on data
+    with missing values does; its `handles_missing` is set by the test."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(1)
+
+    def call(self, inputs):
+        features = inputs["features"]
+        return ops.squeeze(self.dense(ops.where(ops.isnan(features), 0.0, features)), -1)
+
+
+@needs_tensorflow
+def test_a_model_that_handles_missing_values_takes_nan_but_not_infinity(tmp_path):
+    import tensorflow as tf
+
+    model = MissingAsZero()
+    model.handles_missing = True
+    signatures = tf.saved_model.load(
+        export.export_saved_model(model, tmp_path, "ranker", NUM_FEATURES)).signatures
+    features, mask = _lists(8)
+    features[1, 2, 3] = np.nan
+    scores = _expected_scores(model, np.nan_to_num(features, nan=0.0), mask)
+    expected = {"serving_default": np.where(mask, scores, 0.0), "score_examples": scores[mask],
+                "score_features": _expected_scores(model, np.nan_to_num(features, nan=0.0),
+                                                   np.ones_like(mask))}
+    for signature, inputs in _nan_requests(3).items():
+        (got,) = signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()}).values()
+        np.testing.assert_allclose(got.numpy(), expected[signature], atol=1e-5)
+    features[1, 2, 3] = np.inf
+    for signature, inputs in {"score_features": {"features": features},
+                              export.MASKED: {"features": features, "mask": mask}}.items():
+        with pytest.raises(tf.errors.InvalidArgumentError, match=(
+                f"{signature}: feature values must not be infinite; some documents hold infinite "
+                r"values. Documents that do:\] \[1\]")):
+            signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+
+
 @needs_tensorflow
 def test_a_document_without_features_is_named(loaded):
     import tensorflow as tf

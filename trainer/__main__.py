@@ -25,6 +25,7 @@ _FLAG_KEYS = {
     "vali_files": "data.vali",
     "test_files": "data.test",
     "num_features": "data.num_features",
+    "feature_spec": "data.feature_spec",
     "list_size": "data.list_size",
     "buckets": "data.buckets",
     "bucket_sizes": "data.bucket_sizes",
@@ -117,6 +118,10 @@ def _parser() -> argparse.ArgumentParser:
                    "--train, --vali and --test each replace the --data-dir file of their split")
     g.add_argument("--vali", dest="vali_files", nargs="+", action="extend", metavar="PATH")
     g.add_argument("--test", dest="test_files", nargs="+", action="extend", metavar="PATH")
+    g.add_argument("--feature-spec", metavar="FILE",
+                   help="a feature spec (python -m tfapprox.data spec): --train, --vali and "
+                   "--test are then TFRecords of ELWC or SequenceExample lists with named "
+                   "features, read by it (docs/trainer.md, \"Named features\")")
     g.add_argument("--num-features", type=int, help="feature count (needed for TFRecords, and for "
                    "sparse text whose splits' highest feature indices differ)")
     g.add_argument("--list-size", type=_list_size,
@@ -345,7 +350,15 @@ def _recipe_plan(args: argparse.Namespace, values: dict[str, Any] | None = None,
     if values is None:
         values = config_lib.load_dict(args.config)
         overrides = _overrides(args, values)
+    if overrides.get("data.feature_spec", values["data"].get("feature_spec")) is not None:
+        raise _named_refused("--recipe")
     return recipes.plan(args.recipe, values, overrides)
+
+
+def _named_refused(what: str) -> ValueError:
+    """The error for what does not take runs over named features yet."""
+    return ValueError(f"{what} does not take runs over named features (data.feature_spec) yet: "
+                      "train them one by one with `train --feature-spec`")
 
 
 def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
@@ -435,6 +448,8 @@ def _check(command: str, config: config_lib.Config, dist, members: Sequence[str]
     export target, an ensemble's run directory (`members`: its members' run directories)."""
     from trainer import build, cv, data, export, run_files
 
+    if config.data.feature_spec is not None and command in ("cv", "ensemble"):
+        raise _named_refused(f"`{command}`")
     if recipe_plan is not None and command == "train":
         from trainer import recipes
 

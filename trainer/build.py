@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer import backend, checkpoint, data, distribute
+from trainer import backend, checkpoint, data, distribute, named_data
 from trainer.config import Config
 from trainer.metric_names import eval_metric_names, metrics_named, train_metric_names
 
@@ -39,12 +39,16 @@ class Built:
 def build(config: Config, num_features: int, dist: distribute.Distribution,
           with_training_model: bool = True) -> Built:
     """Returns the run's models for inputs of `num_features` features: the training model (None
-    unless `with_training_model`) compiled in `dist`'s scope, and the float32 evaluation model."""
+    unless `with_training_model`) compiled in `dist`'s scope, and the float32 evaluation model.
+    With `data.feature_spec` the models take the spec's named features (`num_features` None)."""
     from tfapprox import losses, models
 
     eval_names = eval_metric_names(config)
 
     def scorer():
+        if config.data.feature_spec is not None:
+            return named_data.build_scorer(config.data.feature_spec, config.model.preset,
+                                           **scorer_kwargs(config))
         if config.model.kind == "adarank":
             model = models.DNNScorer(hidden_units=(), input_batch_norm=False, name="adarank_scorer")
         else:
@@ -130,7 +134,11 @@ def check_components(config: Config) -> None:
         adarank.measure_metric(config.train.select_metric)
         metrics_named(eval_metric_names(config), config)
         return
-    models.build_scorer(config.model.preset, **scorer_kwargs(config))
+    if config.data.feature_spec is not None:
+        named_data.build_scorer(config.data.feature_spec, config.model.preset,
+                                **scorer_kwargs(config))
+    else:
+        models.build_scorer(config.model.preset, **scorer_kwargs(config))
     try:
         loss = losses.get(config.loss.name, **config.loss.params)
     except TypeError as err:
@@ -152,8 +160,10 @@ def check_attention_fits(config: Config, model: keras.Model, splits: data.Splits
 
     if not models.attends_within_lists(model):
         return
-    length = config.data.list_size or int(
-        max(list_lengths(splits.train, splits.num_features), default=0))
+    lengths = (named_data.list_lengths(splits.train, splits.feature_spec)
+               if splits.feature_spec is not None
+               else list_lengths(splits.train, splits.num_features))
+    length = config.data.list_size or int(max(lengths, default=0))
     models.check_attention_pairs(
         model, min(config.train.batch_size, splits.num_train_lists), length,
         config.train.max_pairs or models.MAX_ATTENTION_PAIRS,
@@ -166,7 +176,10 @@ def adapt_inputs(built: Built, splits: data.Splits, say: Printer) -> None:
     quantiles of `model.input_transform=quantile`), at most `ADAPT_DOCUMENTS` of them in file
     order; does nothing for the other transforms. The evaluation model takes them with the
     model's weights (each validation, the checkpoint), so a resumed run restores them and is not
-    fitted again."""
+    fitted again. A scorer over named features (`NamedFeatureScorer.adapt`) also fits the
+    spec's quantile features."""
+    if splits.feature_spec is not None:
+        return _adapt_named_inputs(built, splits, say)
     if getattr(built.model, "quantile", None) is None:
         return
     rows, count = [], 0
@@ -178,6 +191,20 @@ def adapt_inputs(built: Built, splits: data.Splits, say: Printer) -> None:
     documents = np.concatenate(rows)[:ADAPT_DOCUMENTS]
     built.model.adapt(documents)
     say(f"Input quantiles fitted to {len(documents)} training documents")
+
+
+def _adapt_named_inputs(built: Built, splits: data.Splits, say: Printer) -> None:
+    model = built.model
+    if not model.feature_inputs.quantiles and getattr(model.scorer, "quantile", None) is None:
+        return
+    batches, count = [], 0
+    for features, labels in data.eval_dataset(splits.train, splits).as_numpy_iterator():
+        batches.append(features)
+        count += int((labels >= 0).sum())
+        if count >= ADAPT_DOCUMENTS:
+            break
+    model.adapt(batches)
+    say(f"Input quantiles fitted to {count} training documents")
 
 
 def _optimizer(config: Config) -> keras.optimizers.Optimizer:

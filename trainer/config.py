@@ -38,6 +38,9 @@ class DataConfig:
     vali: list[str] | None = None
     test: list[str] | None = None
     num_features: int | None = None  # required for TFRecords; read from LETOR text otherwise
+    # A feature spec file (`python -m tfapprox.data spec`): train/vali/test are then TFRecords of
+    # ELWC or SequenceExample lists with named features, read by it (trainer.named_data).
+    feature_spec: str | None = None
     list_size: int | None = None  # training lists cut/padded to this (None: whole lists, see buckets)
     # Whole training lists are grouped by length and each batch padded to the smallest of at most
     # `buckets` sizes chosen from the training lists' lengths (so XLA compiles at most buckets + 1
@@ -269,6 +272,26 @@ def validate(config: Config) -> None:
             raise ValueError(f"{field} must be {expected}, got {value!r}")
     if config.data.dir is None and config.data.train is not None and not config.data.vali:
         raise ValueError("data.train needs data.vali too: model selection runs on validation data")
+    if config.data.feature_spec is not None:
+        _check_named(config)
+
+
+def _check_named(config: Config) -> None:
+    """Raises ValueError for settings that records with named features (`data.feature_spec`) do
+    not go with."""
+    refused = [
+        (config.data.train is None or config.data.dir is not None, "data.feature_spec reads the "
+         "records of data.train and data.vali (--train, --vali), not a LETOR data.dir"),
+        (config.data.num_features is not None, "data.feature_spec names the features; "
+         "data.num_features goes with the vector layouts"),
+        (config.model.kind != "dnn", "data.feature_spec trains model.kind dnn; AdaRank fits "
+         "numbered LETOR features"),
+        (config.runtime.strategy != "default", "data.feature_spec trains with runtime.strategy "
+         "default (one process, one replica)"),
+    ]
+    for wrong, message in refused:
+        if wrong:
+            raise ValueError(message)
 
 
 def _increasing_sizes(sizes: list[Any]) -> bool:

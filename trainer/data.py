@@ -40,6 +40,7 @@ import tensorflow as tf
 from tfapprox.data.dataset import (  # noqa: F401 - SPLIT_NAMES and NoRelevantDocument: trainer.data's
     SPLIT_NAMES, NoRelevantDocument, check_relevant_documents)
 from tfapprox.files import remove_abandoned
+from trainer import named_data
 from trainer.config import DataConfig
 
 EVAL_BATCH_SIZE = 64
@@ -69,6 +70,7 @@ class Splits:
     num_train_lists: int
     fingerprints: dict[str, list] = dataclasses.field(default_factory=dict)  # split -> fingerprint
     train_buckets: list[int] | None = None  # pad sizes of whole training lists (None: no buckets)
+    feature_spec: Any = None  # records with named features: their FeatureSpec (num_features None)
 
 
 def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
@@ -78,6 +80,8 @@ def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
                                                     print_fn))
     print_fn("Data: " + " | ".join(f"{SPLIT_NAMES[split]} {', '.join(paths)}"
                                    for split, paths in sources.items()))
+    if config.feature_spec is not None:
+        return _named_splits(config, sources, print_fn)
     records = {split: _as_records(paths, config.num_features, cache, print_fn)
                for split, paths in sources.items()}
     num_features = config.num_features or _common_width(sources, records)
@@ -91,6 +95,22 @@ def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
         fingerprints={split: fingerprint(paths) for split, paths in sources.items()},
         train_buckets=_train_buckets(config, records["train"], num_features, print_fn),
     )
+
+
+def _named_splits(config: DataConfig, sources: dict[str, list[str]], print_fn: Printer) -> Splits:
+    """Returns the `Splits` of records with named features (`config.feature_spec`), read where
+    they are (trainer.named_data), each split checked against the spec."""
+    spec = named_data.load_spec(config.feature_spec)
+    files = {split: [str(f) for f in _expand(paths)] for split, paths in sources.items()}
+    lists = named_data.check_records(spec, files, print_fn)
+    buckets = None
+    if config.list_size is None and (config.buckets or config.bucket_sizes):
+        buckets = config.bucket_sizes or named_data.bucket_sizes(files["train"], spec, config.buckets)
+        print_fn(f"Training lists padded to {', '.join(map(str, buckets))} documents by length")
+    return Splits(train=files["train"], vali=files["vali"], test=files.get("test"),
+                  num_features=None, num_train_lists=lists["train"],
+                  fingerprints={split: fingerprint(paths) for split, paths in sources.items()},
+                  train_buckets=buckets, feature_spec=spec)
 
 
 def _train_buckets(config: DataConfig, files: list[str], num_features: int,
@@ -184,13 +204,15 @@ class TrainingEpochs:
         if (batch_size, num_shards) not in self._pipelines:
             self._pipelines[batch_size, num_shards] = ranking_dataset_by_seed(
                 splits.train, batch_size, list_size, shuffle=True,
-                num_features=splits.num_features,
+                num_features=splits.num_features, feature_spec=splits.feature_spec,
                 shuffle_buffer_size=min(max(splits.num_train_lists, 1), SHUFFLE_BUFFER_LISTS),
                 list_buckets=splits.train_buckets if list_size is None else None,
                 bucket_batch_size=self._global_batch_size,
             )
         epoch_seed = int(np.random.SeedSequence([self._seed, epoch]).generate_state(1)[0] >> 1)
         dataset = self._pipelines[batch_size, num_shards](epoch_seed)
+        if splits.feature_spec is not None:
+            dataset = named_data.looked_up(dataset, splits.feature_spec)
         num_batches = -(-splits.num_train_lists // batch_size)
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
         if num_shards > 1:
@@ -202,6 +224,8 @@ def eval_dataset(paths: list[str], splits: Splits) -> tf.data.Dataset:
     """Returns whole lists of `paths` in file order, for exact metrics."""
     from tfapprox.data import ranking_dataset
 
+    if splits.feature_spec is not None:
+        return named_data.eval_dataset(paths, splits.feature_spec, EVAL_BATCH_SIZE)
     dataset = ranking_dataset(paths, EVAL_BATCH_SIZE, None, shuffle=False,
                               num_features=splits.num_features)
     num_batches = -(-_count_lists(paths, splits.num_features) // EVAL_BATCH_SIZE)

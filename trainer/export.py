@@ -32,6 +32,12 @@ def check_export_target(config: Config) -> None:
     """
     from tfapprox.export import next_version
 
+    if config.data.feature_spec is not None:
+        raise ValueError(
+            "exporting a model over named features (data.feature_spec) needs "
+            "tfapprox.export.export_saved_model(feature_spec=...), which this version lacks: "
+            "train with --no-export (the run's checkpoint keeps the selected weights)")
+
     model_dir = Path(config.export.base_dir) / config.export.name
     version = config.export.version
     if version is not None and os.path.lexists(model_dir / str(version)):

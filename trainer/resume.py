@@ -1,8 +1,9 @@
 """Resuming a run: its checkpoint is taken up only by the same configuration on the same data.
 
 A run's fingerprint hashes its configuration less the keys that may change between a run and its
-resumption (`RESUMABLE_CHANGES`); the checkpoint also holds fingerprints of the training and
-validation data themselves, so the data's paths may be spelled differently.
+resumption (`RESUMABLE_CHANGES`), and the content of its feature spec (`data.feature_spec`); the
+checkpoint also holds fingerprints of the training and validation data themselves, so the data's
+and the spec's paths may be spelled differently.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Callable
 import keras
 import numpy as np
 
-from trainer import checkpoint, data, distribute, run_files
+from trainer import checkpoint, data, distribute, named_data, run_files
 from trainer.build import Built
 from trainer.config import Config
 from trainer.report import fmt
@@ -27,7 +28,7 @@ RESUMABLE_CHANGES = (
     "train.epochs", "train.patience", "train.run_dir", "export", "runtime.strategy", "runtime.jit",
     "runtime.backend",
     "data.cache_dir", "data.num_features", "data.dir", "data.train", "data.vali", "data.test", "cv",
-    "train.metrics", "train.max_pairs",
+    "train.metrics", "train.max_pairs", "data.feature_spec",
 )
 
 
@@ -87,8 +88,10 @@ def model_state(model: keras.Model) -> list[Any]:
 
 
 def fingerprint(config: Config) -> str:
-    """Returns a hash of `config` less `RESUMABLE_CHANGES`."""
+    """Returns a hash of `config` less `RESUMABLE_CHANGES`, with its feature spec's content."""
     values = _resumable_view(config.to_dict())
+    if config.data.feature_spec is not None:
+        values["feature_spec"] = named_data.load_spec(config.data.feature_spec).to_dict()
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -125,7 +128,12 @@ def _mismatch_message(run_dir: Path, config: Config) -> str:
             f"{key}: {saved.get(key)!r} -> {current.get(key)!r}"
             for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)
         ]
-    detail = "; ".join(differences) if differences else "the saved config.json is missing"
+    if differences:
+        detail = "; ".join(differences)
+    elif saved_path.exists() and config.data.feature_spec is not None:
+        detail = f"the feature spec {config.data.feature_spec} describes other features"
+    else:
+        detail = "the saved config.json is missing"
     return (
         f"{run_dir} holds a checkpoint of a different configuration ({detail}). Rerun with the "
         "original settings to resume, pass --fresh to start over, or choose another --run-dir."

@@ -8,7 +8,7 @@
     python -m benchmarks.ensemble_rule --work DIR [--dataset MQ2008 ...] [--ensemble NAME]
 
 `--work` is the `--work` directory of the `benchmarks.experiments` runs, which holds the members'
-checkpoints; `--ensemble` names a `MIXED_ENSEMBLES` entry (default: the third-round recipe).
+checkpoints; `--ensemble` names an `experiment_studies.ENSEMBLES` entry (default: mixed_quantile).
 Prints, per set, test NDCG@10 under each rule (the mean over the queries with a relevant
 document, over every fold and seed) and their paired difference.
 """
@@ -81,7 +81,7 @@ def main(argv=None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--dataset", nargs="+", choices=DATASETS, default=list(DATASETS))
-    parser.add_argument("--ensemble", default="quantile_round3")
+    parser.add_argument("--ensemble", default="mixed_quantile")
     args = parser.parse_args(argv)
     from scipy import stats
 

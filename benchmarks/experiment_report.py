@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC
-from benchmarks.experiment_studies import (LIST_STANDARDIZE, LOSS_STUDY_REFERENCE,
-                                           MIXED_ENSEMBLE_RECIPES, SEED_CHALLENGERS, SEED_LOSSES,
+from benchmarks.experiment_studies import (ENSEMBLES_BY_NAME, LIST_STANDARDIZE, RECOMMENDED,
+                                           LOSS_STUDY_REFERENCE, SEED_CHALLENGERS, SEED_LOSSES,
                                            YILMAZ_MEASURES, runs_of)
 from benchmarks.results_cache import read_cached
 
@@ -182,6 +182,7 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
     unreadable = {}  # one line per file, though several tables read it
     parts = [_header(data_sets, cache, folds, seeds, epochs)]
     mixed = {}  # set name -> (rows of the candidate studies, the ensembles' rows, the GBDT)
+    summary = {}  # set name -> rows by study
     for data in data_sets:
         parts.append(f"\n## {data.name}\n")
         rows = {name: [Selected(s, data.name, cache, folds, seeds, epochs, unreadable.setdefault,
@@ -190,7 +191,9 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
         shown = {name: rows[name] for name in studies if name in selected}
         idle = [name for name, study in shown.items() if not any(r.by_fold_seed for r in study)]
         if idle and len(idle) < len(shown):  # a set that ran some studies only: the rest in a line
-            parts.append(f"Not run on {data.name}: {', '.join(idle)} (`python -m "
+            ran = [name for name in shown if name not in idle]
+            parts.append(f"Run on {data.name}: {', '.join(ran)} only.\n" if len(ran) < len(idle)
+                         else f"Not run on {data.name}: {', '.join(idle)} (`python -m "
                          f"benchmarks.experiments run --study {' '.join(idle)} {data.flags()}`).\n")
             shown = {name: study for name, study in shown.items() if name not in idle}
         if "chen" in shown:
@@ -207,8 +210,13 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_lightgbm(shown, data, folds))
         if {"gbdt", *DASALC_TABLE, "dasalc_tuned"} & shown.keys():
             parts.append(_gbdt_and_dasalc(
-                rows["gbdt"], [r for name in DASALC_TABLE for r in rows[name]],
-                rows["dasalc_tuned"], [r for study in rows.values() for r in study], data, folds))
+                rows["gbdt"], [r for name in DASALC_TABLE if name in shown for r in rows[name]
+                               if r.by_fold_seed],
+                shown.get("dasalc_tuned", []), [r for study in rows.values() for r in study],
+                data, folds))
+        if "recommended" in shown:
+            parts.append(_recommended(rows["recommended"], rows["gbdt"], data, folds))
+        summary[data.name] = rows
         if "losses" in shown:
             parts.append(_losses(rows["losses"], rows["gbdt"], data, folds))
         if "mixed_ensemble" in shown:
@@ -223,7 +231,9 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             at_10 = [r for r in rows["bruch_alpha"] if dict(r.setting.params)["alpha"] == 10.0]
             parts.append(_tightness(at_10[0], data, folds, out))
     if mixed:
-        parts.append(_mixed_ensemble(mixed, folds))
+        parts.append(_mixed_ensemble([ENSEMBLES_BY_NAME[s.loss] for s in studies["mixed_ensemble"]],
+                                     mixed, folds))
+    parts.insert(1, _summary(summary, folds))
     for line in unreadable:
         say(line)
     path = out / "results.md"
@@ -395,7 +405,7 @@ def _direct(rows, chen, data, folds):
                      "same structural hinge as a loss for the B64 scorer, trained by Adagrad.")
         softrank = next(r for r in rows if r.setting.loss == "softrank")
         lines.append(f"\nQin et al. (2010) on OHSUMED, NDCG over the whole list: ApproxNDCG .6698, "
-                     f"SoftRank .6680 (as quoted in issue 10); ours: SoftRank "
+                     f"SoftRank .6680 (as the paper reports); ours: SoftRank "
                      f"{_fmt(softrank.cell(folds, 'ndcg'))}, ApproxNDCG α = 10 in the α table.")
     return "\n".join(lines) + "\n"
 
@@ -560,38 +570,42 @@ def _members_apart(row, rows):
         for name, pairs in apart.items())
 
 
-def _mixed_ensemble(by_set, folds):
-    """Checks the members of each recipe of the mixed ensemble study (`MIXED_ENSEMBLE_RECIPES`)
-    against its rule on the cache (the settings of its studies run on every fold and seed of
-    every set, by validation NDCG@10 averaged over the sets), and says, set by set, how each
-    recipe and variant fares against the GBDT reference in test NDCG@10 and whether each meets
-    issue 30's target. `by_set`: {set: (rows by study, the ensembles' rows, the reference)}."""
+def _mixed_ensemble(ensembles, by_set, folds):
+    """The ensembles of different settings (`experiment_studies.ENSEMBLES`): what each is, each
+    recipe's members checked against its rule on the cache, and, set by set, how each fares
+    against the GBDT reference in test NDCG@10 and whether it clears the bar (at or above the
+    best GBDT on every set, significantly above on at least two). `ensembles`: their
+    `Ensemble`s; `by_set`: {set: (rows by study, the ensembles' rows, the reference)}."""
     sets = list(by_set)
-    ensembles = [r.setting for r in by_set[sets[0]][1]]
-    lines = ["## The ensemble of different settings (issue 30)\n",
-             "`python -m benchmarks.experiments run --study mixed_ensemble`. Each recipe is one "
-             "for every set, its members fixed by a rule on validation before any of its test "
-             f"figures was read: the settings of the studies it names with the best validation "
-             f"{SELECT_METRIC} averaged over {', '.join(sets)} (each set's mean over its folds "
-             "and seeds), among those run on every fold and seed of every set. Any other "
-             "ensemble below is a variant, not a recipe: see its comment in "
-             "`benchmarks/experiment_studies.py` for when and why it was added.\n"]
-    for recipe in (s for s in ensembles if s.loss in MIXED_ENSEMBLE_RECIPES):
-        lines.append(_rule_checked(recipe, MIXED_ENSEMBLE_RECIPES[recipe.loss], by_set, folds))
+    lines = ["## Ensembles of different settings\n",
+             "`python -m benchmarks.experiments run --study mixed_ensemble`. Each is one for "
+             "every set. A recipe's members are fixed by a rule on validation before any of its "
+             f"test figures was read: the settings of the studies it names with the best "
+             f"validation {SELECT_METRIC} averaged over the sets (each set's mean over its folds "
+             "and seeds), among those run on every fold and seed of every set that ran those "
+             "studies; a variant changes a recipe.\n",
+             "| ensemble | members | what it is |", "|---|---|---|"]
+    lines += [f"| {e.name} | {e.setting().label().removeprefix('ensemble of ')} | "
+              f"{'recipe' if e.ranked_from else 'variant'}: {e.provenance} |" for e in ensembles]
+    lines.append("")
+    for i, recipe in enumerate(ensembles):
+        if recipe.ranked_from:
+            ranked = {name: (rows, row[i], ref) for name, (rows, row, ref) in by_set.items()
+                      if all(any(r.by_fold_seed for r in rows[study])
+                             for study in recipe.ranked_from)}
+            lines.append(_rule_checked(recipe, ranked, folds))
     lines += ["| ensemble | set | test ndcg@10 | best GBDT | ensemble − best GBDT | "
               "significant from | standing |", "|---|---|---|---|---|---|---|"]
     verdicts = []
-    for i, setting in enumerate(ensembles):
-        kind = "recipe" if setting.loss in MIXED_ENSEMBLE_RECIPES else "variant"
-        standings, below, short = [], [], []
+    for i, ensemble in enumerate(ensembles):
+        standings, below, short, ran = [], [], [], []
         for name, (_, rows, reference) in by_set.items():
             row = rows[i]
             pairs = None if reference is None else _per_query_pairs(row, reference, folds,
                                                                     "ndcg@10", every_seed=True)
             if pairs is None:
-                lines.append(f"| {kind}: {setting.label()} | {name} | not run |"
-                             + " — |" * 4)
                 continue
+            ran.append(name)
             (diff, p, _), needed = _paired_t_test(*pairs), least_significant_difference(*pairs)
             standings.append((diff, _standing(diff, p)))
             if diff < 0:
@@ -599,14 +613,17 @@ def _mixed_ensemble(by_set, folds):
             elif p >= SIGNIFICANT:
                 short.append(f"{name} ({diff:+.4f} of the +{needed:.4f} it needs)")
             gbdt = _fmt(reference.cell(folds, "ndcg@10"))
-            lines.append(f"| {kind}: {setting.label()} | {name} | "
+            lines.append(f"| {ensemble.name} | {name} | "
                          f"{_fmt(row.cell(folds, 'ndcg@10'))} | {gbdt} "
                          f"({reference.setting.model}) | {diff:+.4f} (p = {p:.3f}) | "
                          f"±{needed:.4f} | {VERDICTS[_standing(diff, p)]} |")
-        met = (len(standings) == len(sets) and all(d >= 0 for d, _ in standings)
+        if not ran:
+            verdicts.append(f"{ensemble.name}: not run")
+            continue
+        met = (len(ran) == len(sets) and all(d >= 0 for d, _ in standings)
                and sum(s == "ahead" for _, s in standings) >= 2)
-        verdicts.append(f"the {kind} {setting.label()}: "
-                        f"**{'met' if met else 'not met'}**"
+        verdicts.append(f"{ensemble.name}: **{'met' if met else 'not met'}**"
+                        + (f" (run on {', '.join(ran)} only)" if len(ran) < len(sets) else "")
                         + (f", below the best GBDT on {', '.join(below)}" if below else "")
                         + (f"; above it but not significantly on {', '.join(short)}"
                            if short and not met else ""))
@@ -614,18 +631,17 @@ def _mixed_ensemble(by_set, folds):
                   "over each row's every seed, paired t-test; significant from: the smallest "
                   "difference that test would call significant (p < "
                   f"{SIGNIFICANT}) given the spread of these queries' differences, "
-                  "t · sd / √queries. Issue 30's target (at or above the "
-                  "best GBDT on every set, significantly above on at least two): "
-                  + "; ".join(verdicts) + "."]
+                  "t · sd / √queries. The bar (at or above the best GBDT on every set, "
+                  "significantly above on at least two): " + "; ".join(verdicts) + "."]
     for i, recipe in enumerate(ensembles):
-        if recipe.loss in MIXED_ENSEMBLE_RECIPES:
+        if recipe.ranked_from:
             lines += ["", _against_test_best_gbdt(recipe, i, by_set, folds)]
     return "\n".join(lines) + "\n"
 
 
 def _against_test_best_gbdt(recipe, i, by_set, folds):
-    """Says how the recipe `recipe` (the `i`th ensemble row) fares on each set against the GBDT
-    whose test NDCG@10 is best there: a reference chosen in hindsight, on test."""
+    """Says how the recipe `recipe` (an `Ensemble`, the `i`th ensemble row) fares on each set
+    against the GBDT whose test NDCG@10 is best there: a reference chosen in hindsight, on test."""
     parts = []
     for name, (rows, ensembles, _) in by_set.items():
         best = _gbdt_reference(rows.get("gbdt", []), folds, in_test=True)
@@ -634,17 +650,19 @@ def _against_test_best_gbdt(recipe, i, by_set, folds):
         if test is not None:
             parts.append(f"{name}: {best.setting.model} {best.cell(folds, 'ndcg@10')[0]:.4f}, "
                          f"{test[0]:+.4f} (p = {test[1]:.3f})")
-    return (f"Recipe {recipe.label()} against the GBDT best in test NDCG@10 on each set (chosen "
-            "in hindsight, on test, so not the reference above): " + "; ".join(parts) + ".")
+    return (f"Recipe {recipe.name} against the GBDT best in test NDCG@10 on each set (chosen "
+            "in hindsight, on test, so not the reference above): "
+            + ("; ".join(parts) or "not run") + ".")
 
 
-def _rule_checked(recipe, studied, by_set, folds):
-    """Says which settings of the studies `studied` the mixed-ensemble rule ranks first on the
-    cache, and whether they are the members of `recipe`."""
+def _rule_checked(recipe, by_set, folds):
+    """Says which settings of the studies the recipe `recipe` (an `Ensemble`) was ranked from the
+    rule ranks first on the cache over the sets of `by_set` ({set: (rows by study, ...)}), and
+    whether they are its members."""
     sets = list(by_set)
     validation = {}  # setting -> [its validation mean on each set]
     for rows, _, _ in by_set.values():
-        for row in (row for name in studied for row in rows[name]):
+        for row in (row for name in recipe.ranked_from for row in rows[name]):
             if len(row.by_fold_seed) == row.planned:
                 validation.setdefault(row.setting, []).append(row.validation_mean(folds))
     ranked = sorted((s for s, means in validation.items() if len(means) == len(sets)),
@@ -656,11 +674,12 @@ def _rule_checked(recipe, studied, by_set, folds):
                 + ", ".join(f"{name} {v:.4f}" for name, v in zip(sets, validation[setting]))
                 + ")")
 
-    return (f"Recipe {recipe.label()}: the rule's {k} best of the {', '.join(studied)} "
-            f"{'study' if len(studied) == 1 else 'studies'}. "
-            "From the cache, best first: " + "; ".join(map(named, ranked[:k + 2])) + ". "
-            + ("Its members are these.\n" if set(ranked[:k]) == set(recipe.members) else
-               "**Its members are not these**: the cache no longer picks them.\n"))
+    return (f"Recipe {recipe.name}: the rule's {k} best of the {', '.join(recipe.ranked_from)} "
+            f"{'study' if len(recipe.ranked_from) == 1 else 'studies'} on "
+            f"{', '.join(sets) or 'no set'}. "
+            "From the cache, best first: " + ("; ".join(map(named, ranked[:k + 2])) or "none")
+            + ". " + ("Its members are these.\n" if set(ranked[:k]) == set(recipe.members) else
+                      "**Its members are not these**: the cache no longer picks them.\n"))
 
 
 def _points_chosen(row, folds):
@@ -773,7 +792,7 @@ def _losses(rows, gbdts, data, folds):
     metrics = ("ndcg@10", "map")
     names = [r.setting.label() + (f" = TF-Ranking's {aliases[r.setting.loss]}"
                                   if r.setting.loss in aliases else "") for r in rows]
-    lines = ["### Every loss of `tfapprox.losses` (issue 29)\n",
+    lines = ["### Every loss of `tfapprox.losses`\n",
              f"`python -m benchmarks.experiments run --study losses {data.flags()}`. Each loss "
              "with its defaults on the B64 scorer, by its `tfapprox.losses.LOSSES` key "
              "(TF-Ranking's key where the loss is TF-Ranking's), all with the same optimiser, "
@@ -840,3 +859,98 @@ def _losses_summary(rows, ran, approx, gbdt, data, folds):
     if missing:
         sentences.append(f"Not run (all folds) yet: {', '.join(missing)}.")
     return " ".join(sentences)
+
+
+# The model families the summary takes the best of, each chosen on validation.
+FAMILIES = (("linear", lambda s: s.model == "linear"),
+            ("B-net (B64 … B1024)", lambda s: s.model.startswith("B") and not s.ensemble),
+            ("DASALC", lambda s: s.model == "dasalc" and not s.ensemble),
+            ("AdaRank", lambda s: s.model == "adarank"),
+            ("ensemble of seeds", lambda s: isinstance(s.members, int) and s.ensemble),
+            ("ensemble of settings", lambda s: isinstance(s.members, tuple)))
+
+
+def _summary(by_set, folds):
+    """The summary: per set, in test NDCG@10, the best setting of each family chosen on
+    validation among those run on every fold and seed, each tuned GBDT and the recommended
+    recipe, each against the reference (the GBDT best on validation). `by_set`: {set: rows by
+    study}."""
+    recommended = ENSEMBLES_BY_NAME[RECOMMENDED].setting()
+    table = {f"best {family}": {} for family, _ in FAMILIES}  # row name -> {set: cell}
+    chosen = {}  # set -> [family: label]
+    for name, rows in by_set.items():
+        every = list({r.setting: r for study in rows.values() for r in study}.values())
+        reference = _gbdt_reference(rows.get("gbdt", []), folds)
+        complete = [r for r in every if r.by_fold_seed and len(r.by_fold_seed) == r.planned]
+        picked = []
+        for family, member in FAMILIES:
+            candidates = [r for r in complete if r.setting.model not in GBDTS
+                          and member(r.setting)]
+            if candidates:
+                best = max(candidates, key=lambda r: r.validation_mean(folds))
+                picked.append((f"best {family}", best))
+                chosen.setdefault(name, []).append(f"{family}: {best.setting.label()}")
+        picked += [(f"{r.setting.model} (tuned)", r) for r in rows.get("gbdt", [])]
+        picked += [("recommended recipe", r) for r in every if r.setting == recommended]
+        for row_name, row in picked:
+            table.setdefault(row_name, {})[name] = _summary_cell(row, reference, folds)
+    sets = list(by_set)
+    lines = ["## Summary\n",
+             f"Test NDCG@10 (mean over folds, mean over seeds) and, in brackets, the paired "
+             "difference from the reference, the GBDT best on validation (p: paired t-test "
+             "over the test queries); each family's best is chosen on validation "
+             f"{SELECT_METRIC} among the settings run on every fold and seed. The recommended "
+             f"recipe is `python -m trainer train --recipe recommended` ({RECOMMENDED}).\n",
+             "| | " + " | ".join(sets) + " |", "|---" * (len(sets) + 1) + "|"]
+    lines += [f"| {row_name} | " + " | ".join(cells.get(s, "—") for s in sets) + " |"
+              for row_name, cells in table.items() if cells]
+    lines += [""] + [f"- {name}: " + "; ".join(labels) + "." for name, labels in chosen.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _summary_cell(row, reference, folds):
+    runs = len(row.by_fold_seed)
+    if runs < row.planned:
+        return f"partial ({runs} of {row.planned} runs)" if runs else "not run"
+    mean = row.cell(folds, "ndcg@10")[0]
+    if row is reference or reference is None:
+        return f"{mean:.4f}" + (" (reference)" if row is reference else "")
+    diff, p, _ = paired(row, reference, folds, "ndcg@10")
+    return f"{mean:.4f} ({diff:+.4f}, p = {p:.3f})"
+
+
+def _recommended(rows, gbdts, data, folds):
+    """The recommended recipe (the last of `rows`) and its members against each tuned GBDT, in
+    test NDCG@10, saying where it loses."""
+    recipe = rows[-1]
+    everything = [*gbdts, *rows]
+    partial = [f"{r.setting.label()} {len(r.by_fold_seed)} of {r.planned}" for r in everything
+               if len(r.by_fold_seed) < r.planned]
+    lines = ["### The recommended recipe against the tuned GBDTs\n",
+             f"`python -m benchmarks.experiments run --study recommended gbdt {data.flags()}`. "
+             f"The trainer's recommended recipe ({RECOMMENDED}: "
+             f"{recipe.setting.label().removeprefix('ensemble of ')}) and its members, against "
+             "LightGBM, XGBoost and CatBoost each tuned per fold on validation "
+             f"{SELECT_METRIC}; seconds per fold as in the GBDT table.\n"]
+    if partial:
+        lines.append(f"**Partial**: not every fold and seed has run (runs in the cache: "
+                     f"{'; '.join(partial)}); a cell shows the seeds run on every fold. Resume "
+                     f"with `python -m benchmarks.experiments run --study recommended gbdt "
+                     f"{data.flags()}`.\n")
+    lines += [_costed(everything, folds), "",
+              "| setting | " + " | ".join(f"− {g.setting.model}: ndcg@10" for g in gbdts) + " |",
+              "|---" * (len(gbdts) + 1) + "|"]
+    lines += [f"| {r.setting.label()} | "
+              + " | ".join(_fmt_test(paired(r, g, folds, "ndcg@10")) for g in gbdts) + " |"
+              for r in rows]
+    standings = {"ahead": [], "behind": [], "level": []}
+    for gbdt in gbdts:
+        test = paired(recipe, gbdt, folds, "ndcg@10")
+        if test is not None:
+            standings[_standing(*test[:2])].append(f"{gbdt.setting.model} ({test[0]:+.4f}, "
+                                                   f"p = {test[1]:.3f})")
+    lines += ["", f"**On {data.name}, in test NDCG@10, the recipe** is significantly behind "
+                  f"{', '.join(standings['behind']) or 'none'}; level within noise with "
+                  f"{', '.join(standings['level']) or 'none'}; significantly ahead of "
+                  f"{', '.join(standings['ahead']) or 'none'}."]
+    return "\n".join(lines) + "\n"

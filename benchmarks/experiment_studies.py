@@ -8,7 +8,8 @@ import itertools
 
 from benchmarks.experiment_runs import (GBDTS, Run, ensemble_label, recipe_arguments,
                                         scorer_label, trainer_config)
-from trainer.recipes import RECIPES
+from trainer.recipes import RECIPES, RECOMMENDED
+
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
@@ -124,7 +125,7 @@ DASALC_GRIDS = ((("model.input_transform", ("log1p", "none")), ("model.noise_std
 # The loss that comes closest to the GBDTs with one DASALC (the dasalc study's best on YAHOO's
 # validation): what DASALC's search, its quantile inputs and its ensembles below train.
 DASALC_LOSS = "pairwise_soft_zero_one_loss"
-# Where the YAHOO gap is not (issue 30): DASALC with that loss, with one thing changed each: the
+# Where the gap to the GBDTs on YAHOO is not: DASALC with that loss, with one thing changed each: the
 # dropout the MQ2008 and OHSUMED presets give (0.1) and more (0.3), Adagrad's learning rate 0.2,
 # and two losses nearer the GBDTs' objectives (yeti_logistic_loss, CatBoost's YetiRank as a
 # neural loss; sigmoid cross-entropy, the best B64 loss on YAHOO's validation in the losses
@@ -144,73 +145,71 @@ DASALC_QUANTILE = Setting("dasalc", DASALC_LOSS, scorer=(("input_transform", "qu
 DASALC_QUANTILE_SEARCH = (
     dataclasses.replace(DASALC_QUANTILE, grid=(("optimizer.learning_rate", (0.02,)),)),
     Setting("dasalc", DASALC_LOSS, scorer=DASALC_QUANTILE.scorer + (("noise_stddev", 3.0),)))
-# The B64 tower with quantile inputs: the losses study's three best losses by the rule below
-# (validation NDCG@10 averaged over the three sets), each with the transform that lifted DASALC's
-# validation on YAHOO and MQ2008 (dasalc_quantile), added for a third round of that rule.
+# The B64 tower with quantile inputs: the losses study's three best losses by validation NDCG@10
+# averaged over the three sets, each with the transform that lifted DASALC's validation on YAHOO
+# and MQ2008 (dasalc_quantile).
 QUANTILE_LOSSES = ("unique_softmax_loss", "ranknet", "weighted_ranknet")
-# A new inductive bias for a fourth round of the rule below (issue 30): each of the third recipe's
-# members with every (quantile-transformed) feature also standardised within its list
-# (`list_standardize`), the list context a GBDT scoring documents one by one cannot use. These are
-# the members of the trainer's recipe of that name (trainer/recipes.py), which the rule picked.
 LIST_STANDARDIZE = ("list_standardize", True)
-LIST_STANDARDIZED = tuple(
-    Setting(member.preset, member.loss, member.loss_params, scorer=member.scorer)
-    for member in RECIPES["mixed_quantile_list_standardized"].members)
+
+
+def recipe_settings(name: str) -> tuple[Setting, ...]:
+    """Returns the members of the trainer's recipe `name` (trainer/recipes.py) as settings."""
+    return tuple(Setting(member.preset, member.loss, member.loss_params, scorer=member.scorer)
+                 for member in RECIPES[name].members)
+
+
+# The trainer's recipes' members with each (quantile-transformed) feature also standardised
+# within its list: the list context a GBDT scoring documents one by one cannot use.
+LIST_STANDARDIZED = recipe_settings(RECOMMENDED)
 # DASALC-ens (Qin et al., ICLR 2021, their strongest): the mean of the standardised scores of
 # DASALC trained with 3 seeds (`experiment_runs.ensemble_scores`), with DASALC_LOSS.
 DASALC_ENSEMBLE = 3
-# An ensemble of different settings (issue 30), one recipe for every set, its members fixed by a
-# rule before any of its test figures was read: the three settings of the `dasalc` and `losses`
-# studies with the best validation NDCG@10 averaged over MQ2008, OHSUMED and YAHOO (each set's
-# mean over its 5 folds × seeds 0-2), among those run on every fold and seed of the three sets.
-# The report checks the rule against the cache (`experiment_report._mixed_ensemble`).
-MIXED_ENSEMBLE = (("dasalc", (), "pairwise_soft_zero_one_loss"), ("B64", (), "unique_softmax_loss"),
-                  ("B64", (), "ranknet"))
-# A variant, not the recipe, added after the recipe's test figures were read: the same rule's
-# best two (its third member, B64 RankNet, had to be trained again on MQ2008 and OHSUMED, and
-# the trainer now gives lower validation figures there than the cached runs the rule ranked).
-MIXED_ENSEMBLES = {"validation_top3": MIXED_ENSEMBLE, "validation_top2": MIXED_ENSEMBLE[:2],
-                   "validation_top3_3seeds": MIXED_ENSEMBLE}
-# A second variant, added later still: the recipe with each member an ensemble of this many
-# seeds (DASALC-ens's seeds for every member: 9 models), ensemble seed 0 made of the seeds 0-2
-# the recipe's ensemble seeds 0-2 trained. Its rule, like the recipe's, reads validation only.
-MIXED_ENSEMBLE_SEEDS = {"validation_top3_3seeds": 3}
-# A second recipe, a new round of the same rule: the candidate studies now include
-# dasalc_quantile, which the quantile input transform was built for after the first recipe's
-# test figures were read. Its members are the rule's pick from the cache, before any of its own
-# test figures was read.
-MIXED_ENSEMBLE_QUANTILE = (("dasalc", (("input_transform", "quantile"),),
-                            "pairwise_soft_zero_one_loss"),
-                           ("dasalc", (), "pairwise_soft_zero_one_loss"),
-                           ("B64", (), "unique_softmax_loss"))
-MIXED_ENSEMBLES["quantile_top3"] = MIXED_ENSEMBLE_QUANTILE
-# A third recipe, the third round of the rule: the candidates now include losses_quantile (B64
-# with quantile inputs, added after the second recipe's test figures were read); its members are
-# the rule's pick from the cache once those runs were complete, before any of its test figures
-# (or losses_quantile's) was read.
-MIXED_ENSEMBLES["quantile_round3"] = (
-    MIXED_ENSEMBLE_QUANTILE[0],
-    ("B64", (("input_transform", "quantile"),), "weighted_ranknet"),
-    ("B64", (("input_transform", "quantile"),), "unique_softmax_loss"))
-# A variant of it, added after its test figures were read: the first recipe's variant of 3 seeds
-# each (9 models; ensemble seed s made of seeds 3s-3s+2 of each member, so seed 0 of the recipe's
-# seeds 0-2; seed 1 was run later, to see whether seed 0's figures held).
-MIXED_ENSEMBLES["quantile_round3_3seeds"] = MIXED_ENSEMBLES["quantile_round3"]
-MIXED_ENSEMBLE_SEEDS["quantile_round3_3seeds"] = 3
-# A fourth recipe, the fourth round of the rule: the candidates now include list_standardized
-# (the third recipe's members with each feature also standardised within its list, added after
-# the third recipe's test figures were read); its members are the rule's pick from the cache once
-# those runs were complete, before any of its test figures (or list_standardized's) was read.
-MIXED_ENSEMBLES["list_round4"] = tuple((s.model, s.scorer, s.loss) for s in LIST_STANDARDIZED)
-# The recipes, by name in MIXED_ENSEMBLES, each with the studies its rule ranks; the others are
-# variants.
-MIXED_ENSEMBLE_RECIPES = {"validation_top3": ("dasalc", "losses"),
-                          "quantile_top3": ("dasalc", "dasalc_quantile", "losses"),
-                          "quantile_round3": ("dasalc", "dasalc_quantile", "losses",
-                                              "losses_quantile"),
-                          "list_round4": ("dasalc", "dasalc_quantile", "losses",
-                                          "losses_quantile", "list_standardized"),
-                          "smoke": ("losses",)}  # the smoke run's: both settings it runs
+
+
+@dataclasses.dataclass(frozen=True)
+class Ensemble:
+    """An ensemble of different settings (`ensemble_of`), one for every set.
+
+    A recipe names the studies it was ranked from: its members are the settings of those studies
+    with the best validation NDCG@10 averaged over the sets (each set's mean over its folds and
+    seeds), among those run on every fold and seed, fixed before any of its test figures was
+    read; the report checks that rule against the cache. A variant (`ranked_from` empty) is a
+    changed recipe. `name` keys its runs in the cache.
+    """
+
+    name: str
+    members: tuple[Setting, ...]
+    provenance: str  # one line: where the members come from
+    ranked_from: tuple[str, ...] = ()
+    seeds_each: int = 1  # each member an ensemble of this many seeds
+
+    def setting(self) -> Setting:
+        return ensemble_of(self.name, *(dataclasses.replace(m, members=self.seeds_each)
+                                        for m in self.members))
+
+
+_DASALC = Setting("dasalc", DASALC_LOSS)
+_B64_LOG1P = (_DASALC, Setting("B64", "unique_softmax_loss"), Setting("B64", "ranknet"))
+_QUANTILE = recipe_settings("mixed_quantile")
+ENSEMBLES = (
+    Ensemble("dasalc_b64", _B64_LOG1P, "the best three of the dasalc and losses studies",
+             ("dasalc", "losses")),
+    Ensemble("dasalc_b64_best2", _B64_LOG1P[:2], "dasalc_b64 without its third member"),
+    Ensemble("dasalc_b64_3seeds", _B64_LOG1P, "dasalc_b64 with 3 seeds of each member",
+             seeds_each=3),
+    Ensemble("dasalc_quantile_log1p_b64", (DASALC_QUANTILE, _DASALC, _B64_LOG1P[1]),
+             "the best three with dasalc_quantile among the candidates too",
+             ("dasalc", "dasalc_quantile", "losses")),
+    Ensemble("mixed_quantile", _QUANTILE,
+             "the best three with losses_quantile among the candidates too: the trainer's "
+             "recipe mixed_quantile", ("dasalc", "dasalc_quantile", "losses", "losses_quantile")),
+    Ensemble("mixed_quantile_3seeds", _QUANTILE, "mixed_quantile with 3 seeds of each member",
+             seeds_each=3),
+    Ensemble(RECOMMENDED, LIST_STANDARDIZED,
+             "the best three with list_standardized among the candidates too: the trainer's "
+             "recommended recipe", ("dasalc", "dasalc_quantile", "losses", "losses_quantile",
+                                    "list_standardized")),
+)
 # The `losses` study: every loss of `tfapprox.losses.LOSSES`, by its key there (TF-Ranking's
 # RankingLossKey where the class is TF-Ranking's; TF-Ranking's approx_ndcg_loss and list_mle_loss
 # are `get`'s aliases of approx_ndcg and listmle), on B64 with its defaults. The parameters below
@@ -221,7 +220,12 @@ LOSS_STUDY_PARAMS = {"approx_ndcg": (("alpha", 10.0),),
                      "approx_precision": (("alpha", 10.0), ("beta", 10.0), ("k", 10)),
                      "gumbel_approx_precision": (("k", 10),)}
 LOSS_STUDY_REFERENCE = "approx_ndcg"
-# tfapprox's losses before TF-Ranking's (issue 29), each compared with softmax_loss and with
+# The smoke run's ensemble of different settings: the two it trains for the losses study.
+SMOKE_ENSEMBLE = Ensemble("smoke", tuple(Setting("B64", loss, LOSS_STUDY_PARAMS.get(loss, ()))
+                                         for loss in (LOSS_STUDY_REFERENCE, "softmax_loss")),
+                          "the smoke run's two settings of the losses study", ("losses",))
+ENSEMBLES_BY_NAME = {e.name: e for e in (*ENSEMBLES, SMOKE_ENSEMBLE)}
+# tfapprox's losses before TF-Ranking's were added, each compared with softmax_loss and with
 # lambdarank (the LambdaLoss framework's NDCGLambdaWeight on the pairwise logistic loss).
 SEED_LOSSES = ("approx_ndcg", "approx_ap", "approx_precision", "ranknet", "weighted_ranknet",
                "listmle", "weighted_listmle", "lambdarank", "softrank", "svm_map", "permurank")
@@ -283,14 +287,8 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
     found["dasalc_ensemble"] = [Setting("dasalc", DASALC_LOSS, dict(DASALC_LOSSES)[DASALC_LOSS],
                                         members=DASALC_ENSEMBLE),
                                 dataclasses.replace(DASALC_QUANTILE, members=DASALC_ENSEMBLE)]
-    candidates = {(s.model, s.scorer, s.loss): s for studied in MIXED_ENSEMBLE_RECIPES.values()
-                  for name in studied for s in found[name]}
-    found["mixed_ensemble"] = (
-        [ensemble_of("smoke", *found["losses"])] if smoke else
-        [ensemble_of(name, *(dataclasses.replace(candidates[key],
-                                                 members=MIXED_ENSEMBLE_SEEDS.get(name, 1))
-                             for key in members))
-         for name, members in MIXED_ENSEMBLES.items()])
+    found["mixed_ensemble"] = [e.setting() for e in ((SMOKE_ENSEMBLE,) if smoke else ENSEMBLES)]
+    found["recommended"] = [*LIST_STANDARDIZED, ENSEMBLES_BY_NAME[RECOMMENDED].setting()]
     if smoke:
         found["dasalc"] = found["dasalc"][:1]
         found["dasalc_ensemble"] = [dataclasses.replace(found["dasalc"][0], members=2)]
@@ -298,7 +296,7 @@ def studies(smoke: bool = False) -> dict[str, list[Setting]]:
         found["dasalc_search"] = []  # DASALC with options, as dasalc_quantile runs it
         found["losses_quantile"] = []  # a B-net with an option, as dasalc_quantile runs DASALC
         found["dasalc_quantile_search"] = []  # options dasalc_quantile's run shows working
-        found["list_standardized"] = []  # and so these
+        found["list_standardized"] = found["recommended"] = []  # and so these
         found["direct"] = [s for s in found["direct"] if s.loss in ("softrank", "svm_map", "ndcg")]
         found = {name: [s.first_point_only() for s in settings]
                  for name, settings in found.items()}

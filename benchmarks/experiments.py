@@ -1,7 +1,9 @@
 """Reproduces the papers' comparisons on LETOR sets, against LightGBM, with significance.
 
 Data. The shared sets, LETOR 3.0 OHSUMED, LETOR 4.0 MQ2008 and LightGBM's sample of Yahoo! Set 1
-YAHOO (`--dataset`, read from --data), or
+YAHOO, and MQ2008_AGG (LETOR 4.0's MQ2008-agg: MQ2008's queries and labels, the ranks 25 search
+systems gave each document as features, NULL where a system did not return it, read as missing)
+(`--dataset`, read from --data), or
 a set of your own (`--data-dir DIR --name NAME`): DIR holds Fold1..FoldN/ with train, vali and test
 files (train.txt/vali.txt/test.txt or trainingset/validationset/testset.txt, optionally .gz), or
 the five parts S1.txt..S5.txt of the standard folds (Fold k trains on parts k, k+1, k+2, validates
@@ -18,8 +20,8 @@ computed for each seed; tables show mean ± std over seeds. A claim "A beats B" 
 t-test over the test queries of all the folds (each query's value averaged over seeds). Queries
 without a relevant document are left out of the means (a set that has such queries is also
 reported with LETOR's convention, which counts them as 0). Neural runs use the trainer's preset
-named like the set (ohsumed, mq2008) or else the trainer's defaults, with the study's scorer and
-loss.
+named like the set (ohsumed, mq2008; MQ2008_AGG: mq2008's) or else the trainer's defaults, with
+the study's scorer and loss.
 
 Studies (`--study`, any subset; the report has the sections of those given):
   chen         RankNet vs weighted RankNet, ListMLE vs weighted ListMLE; linear and B64 scorers
@@ -48,8 +50,8 @@ Studies (`--study`, any subset; the report has the sections of those given):
   losses_quantile  B64 with the quantile input transform and each of the losses study's three
                best losses by validation over the three sets (unique_softmax_loss, RankNet,
                weighted RankNet)
-  list_standardized  the third recipe's three members (below) with each feature, after the
-               quantile transform, also standardised within its list (--list-standardize)
+  list_standardized  the trainer's recipes' three members (trainer/recipes.py) with each
+               feature, after the quantile transform, also standardised within its list
   dasalc_ensemble  DASALC-ens (Qin et al., ICLR 2021): DASALC with the pairwise soft zero-one
                loss trained with 3 seeds, the mean of their scores standardised within each list;
                ensemble seed s is made of the single runs of seeds 3s, 3s+1, 3s+2 (ensemble
@@ -57,18 +59,14 @@ Studies (`--study`, any subset; the report has the sections of those given):
                seeds train 3-8), trained and cached as dasalc's runs where missing, restored
                from their checkpoints in --work where there; and the same with quantile inputs
                (ensemble seed 0: dasalc_quantile's seeds 0-2)
-  mixed_ensemble  an ensemble of different settings, one recipe for every set: the three
-               settings of the dasalc and losses studies with the best validation NDCG@10
-               averaged over the three sets (DASALC with the pairwise soft zero-one loss, B64
-               with unique_softmax_loss, B64 with RankNet), the mean of their scores
-               standardised within each list; ensemble seed s combines each one's run of seed s,
-               restored from its checkpoint in --work, trained there where missing; and two
-               variants added after the recipe's test figures were read: the rule's best two,
-               and the recipe with each member an ensemble of 3 seeds (ensemble seed s: seeds
-               3s-3s+2 of each, so --seeds 0 reuses the recipe's runs); then two more rounds
-               of the rule, each recipe fixed when new candidates had been run: with
-               dasalc_quantile (quantile_top3), with losses_quantile too (quantile_round3), and
-               with list_standardized too (list_round4)
+  mixed_ensemble  ensembles of different settings (experiment_studies.ENSEMBLES), one for every
+               set: the mean of their members' scores standardised within each list; ensemble
+               seed s combines each member's run of seed s (of seeds 3s-3s+2 for a member of 3
+               seeds), restored from its checkpoint in --work, trained there where missing.
+               A recipe's members are the best three by validation of the studies it names;
+               mixed_quantile_list_standardized is the trainer's recommended recipe
+  recommended  the trainer's recommended recipe and its members: what a new set needs (with
+               gbdt, the tuned GBDTs) for the summary
   dasalc_ablation  DASALC with ApproxNDCG without the log1p transform, without the input noise,
                without the self-attention, and the B256 tower with none of them
   dasalc_tuned DASALC with ApproxNDCG under the GBDTs' protocol, chosen per fold on validation
@@ -119,7 +117,7 @@ from benchmarks.results_cache import pack, read_cached, unpack, write_cached
 from trainer.run_lock import RunDirInUse
 
 REPO = Path(__file__).resolve().parents[1]
-DATASETS = ("OHSUMED", "MQ2008", "YAHOO")
+DATASETS = ("OHSUMED", "MQ2008", "YAHOO", "MQ2008_AGG")
 SHARED_FOLDS = (1, 2, 3, 4, 5)
 
 
@@ -186,7 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("command", choices=("run", "report", "pack", "unpack"))
     parser.add_argument("--study", nargs="+", choices=sorted(studies()), default=sorted(studies()))
     parser.add_argument("--dataset", nargs="+", choices=DATASETS,
-                        help="shared sets (default: all three, unless --data-dir)")
+                        help="shared sets (default: all four, unless --data-dir)")
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="a set of your own: Fold1..FoldN/ with train/vali/test files, or "
                              "S1.txt..S5.txt")
@@ -206,7 +204,8 @@ def _parser() -> argparse.ArgumentParser:
                              "--data-dir, runs/reports/NAME/; with --smoke, the temporary "
                              "directory)")
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data",
-                        help="where the shared sets are: DIR/OHSUMED/, DIR/MQ2008/ and DIR/YAHOO/, each "
+                        help="where the shared sets are: DIR/OHSUMED/, DIR/MQ2008/, DIR/YAHOO/ and "
+                             "DIR/MQ2008_AGG/, each "
                              "S1.txt..S5.txt or Fold1..Fold5/ (read in place; nothing is run)")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "experiments",
                         help="converted records and checkpoints (not kept)")

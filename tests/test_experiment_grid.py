@@ -4,6 +4,7 @@ report picks per fold the point best on validation; a scorer option (list standa
 compared with the same setting without it; the smallest difference a paired test calls
 significant."""
 
+import copy
 import dataclasses
 import json
 import re
@@ -96,38 +97,47 @@ def test_the_least_significant_difference_is_where_the_paired_test_crosses_its_t
     assert experiment_report.least_significant_difference(ours, ours) == 0
 
 
-def test_issue_30s_verdict_names_each_set_not_significantly_ahead_and_what_it_needs(tmp_path):
-    from benchmarks.experiment_studies import Setting, ensemble_of
+def test_the_bar_names_each_set_not_significantly_ahead_and_what_it_needs(tmp_path):
+    from benchmarks.experiment_studies import Ensemble, Setting
 
-    ensemble, gbdt = ensemble_of("two", Setting("B64", "softmax_loss")), Setting("xgboost", "x")
+    ensemble = Ensemble("two", (Setting("B64", "softmax_loss"),), "a variant for the test")
+    gbdt = Setting("xgboost", "x")
     rng = np.random.default_rng(1)
     theirs, spread = rng.uniform(0.2, 0.8, size=60), rng.normal(0, 0.3, 60)
     ahead = {"A": theirs + 0.1 + rng.normal(0, 0.01, 60),  # far ahead
              "B": theirs + 0.1 + rng.normal(0, 0.01, 60),
              "C": theirs + 0.01 + spread - spread.mean()}  # ahead by 0.01, within noise
-    by_set = {name: ({}, [_cache_test_values(tmp_path, ensemble, 0.7, ours.tolist(), name)],
+    by_set = {name: ({}, [_cache_test_values(tmp_path, ensemble.setting(), 0.7, ours.tolist(),
+                                             name)],
                      _cache_test_values(tmp_path, gbdt, 0.7, theirs.tolist(), name))
               for name, ours in ahead.items()}
-    text = experiment_report._mixed_ensemble(by_set, [1])
-    assert text.endswith(f"the variant {ensemble.label()}: **met**.\n")
+    text = experiment_report._mixed_ensemble([ensemble], by_set, [1])
+    assert "| two | B64 softmax_loss() | variant: a variant for the test |" in text
+    assert text.endswith("two: **met**.\n")
     by_set["B"] = by_set["C"]  # now significantly ahead on one set only
-    text = experiment_report._mixed_ensemble(by_set, [1])
+    text = experiment_report._mixed_ensemble([ensemble], by_set, [1])
     needed = experiment_report.least_significant_difference(*experiment_report._per_query_pairs(
         *by_set["C"][1], by_set["C"][2], [1], "ndcg@10", every_seed=True))
-    assert "| C | " in text and f"| ±{needed:.4f} | level with it within noise |" in text
+    assert "| two | C | " in text and f"| ±{needed:.4f} | level with it within noise |" in text
     assert re.search(rf"\*\*not met\*\*; above it but not significantly on B \(\+0\.\d{{4}} of the "
                      rf"\+{needed:.4f} it needs\), C \(", text), text[-400:]
+    by_set["C"] = (by_set["C"][0], [copy.copy(by_set["A"][1][0])], by_set["C"][2])
+    by_set["C"][1][0].by_fold_seed = {}  # not run on C: the bar is not met, and it says so
+    text = experiment_report._mixed_ensemble([ensemble], by_set, [1])
+    assert "two: **not met** (run on A, B only)" in text and "| two | C |" not in text
 
 
 def test_a_recipe_is_also_set_against_the_gbdt_best_in_test(tmp_path):
-    from benchmarks.experiment_studies import Setting, ensemble_of
+    from benchmarks.experiment_studies import Ensemble, Setting
 
-    ensemble = ensemble_of("two", Setting("B64", "softmax_loss"))
+    ensemble = Ensemble("two", (Setting("B64", "softmax_loss"),), "a recipe for the test",
+                        ("losses",))
     gbdts = [_cache_test_values(tmp_path, Setting(model, "x"), validation, values)
              for model, validation, values in (("xgboost", 0.8, [0.3, 0.4, 0.5]),
                                                ("catboost", 0.7, [0.5, 0.6, 0.6]))]
-    ours = _cache_test_values(tmp_path, ensemble, 0.7, [0.4, 0.6, 0.5])
+    ours = _cache_test_values(tmp_path, ensemble.setting(), 0.7, [0.4, 0.6, 0.5])
     by_set = {"MQ2008": ({"gbdt": gbdts}, [ours], gbdts[0])}  # xgboost: validation's reference
     line = experiment_report._against_test_best_gbdt(ensemble, 0, by_set, [1])
-    assert line.endswith("(chosen in hindsight, on test, so not the reference above): MQ2008: "
-                         "catboost 0.5667, -0.0667 (p = 0.184).")
+    assert line == ("Recipe two against the GBDT best in test NDCG@10 on each set (chosen in "
+                    "hindsight, on test, so not the reference above): MQ2008: catboost 0.5667, "
+                    "-0.0667 (p = 0.184).")

@@ -1,13 +1,12 @@
 """The experiments program (benchmarks/experiments.py): its command line, its cache, a set of the
-user's own (fold trees, S1..S5 parts, LightGBM files) run end to end on tiny generated data, and
-(slow) its smoke version on the shared OHSUMED (each part cut to its first queries), which trains
-one fold of every study, LightGBM included, and writes the report with every table and plot."""
+user's own (fold trees, S1..S5 parts, LightGBM files) run end to end on tiny generated data, one
+real run of each kind, and the report of every study, with every table and plot, over a synthetic
+cache of every study's runs."""
 
 import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from benchmarks import experiment_runs, experiments
 from benchmarks.experiment_runs import DataSet, data_key, ensemble_scores
 from benchmarks.experiment_studies import Setting, ensemble_of, runs_of, studies
 from benchmarks.results_cache import read_cached
-from conftest import REPO, SHARED_DATA
+from conftest import REPO
 from tfapprox.data import write_letor, write_splits
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
@@ -250,46 +249,65 @@ def test_own_lightgbm_format_set_runs_and_has_its_own_report(tmp_path, capsys):
         f"{split}.txt{suffix}" for split in ("train", "vali", "test") for suffix in ("", ".query"))
 
 
-def first_queries(source, target, count):
-    """Writes the first `count` queries of each LETOR file in `source` (a query's lines are
-    consecutive) to a file of its name in `target`."""
-    target.mkdir(parents=True)
-    for path in sorted(source.glob("*.txt")):
-        qids, kept = [], []
-        for line in path.read_text().splitlines(keepends=True):
-            qid = line.split()[1]
-            if qid not in qids:
-                if len(qids) == count:
-                    break
-                qids.append(qid)
-            kept.append(line)
-        (target / path.name).write_text("".join(kept))
+REPORT_TITLES = ("Chen et al. 2009", "Qin et al. 2010", "Yilmaz & Robertson", "SVM^map",
+                 "Bruch et al. 2019", "LightGBM lambdarank", "tightness", "Tuned GBDTs",
+                 "catboost YetiRank", "xgboost rank:ndcg", "Reference (best GBDT",
+                 "dasalc approx_ndcg", "dasalc pairwise_soft_zero_one_loss() ensemble of 3 seeds",
+                 "Training in bfloat16", "LETOR's convention", "Every loss of `tfapprox.losses`",
+                 "## Summary", "| best DASALC | ", "| catboost (tuned) | ",
+                 "| recommended recipe | ", "## Ensembles of different settings",
+                 "The recommended recipe against the tuned GBDTs", "**On OHSUMED, in test NDCG@10",
+                 "| mixed_quantile_list_standardized | OHSUMED | ",
+                 "Recipe mixed_quantile_list_standardized: the rule's 3 best of the dasalc, "
+                 "dasalc_quantile, losses, losses_quantile, list_standardized studies on OHSUMED. "
+                 "From the cache, best first: ")
 
 
-@pytest.mark.data
-def test_smoke_run_writes_every_table_and_plot(tmp_path):
-    # OHSUMED's five parts cut to their first 8 queries each (Fold1 trains on 24): a run's cost
-    # is mostly its set-up (graph tracing, compiling), but the GBDTs' and AdaRank's follow the
-    # data: 108 -> 98 CPU-s for the smoke run.
-    first_queries(SHARED_DATA / "OHSUMED", tmp_path / "data" / "OHSUMED", 8)
-    done = subprocess.run([sys.executable, "-m", "benchmarks.experiments", "run", "--smoke",
-                           "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out")],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = re.search(r"wrote (\S+results\.md)", done.stdout).group(1)
-    text = open(report).read()
-    for title in ("Chen et al. 2009", "Qin et al. 2010", "Yilmaz & Robertson", "SVM^map",
-                  "Bruch et al. 2019", "LightGBM lambdarank", "tightness", "Tuned GBDTs",
-                  "catboost YetiRank", "xgboost rank:ndcg", "Reference (best GBDT",
-                  "dasalc approx_ndcg", "dasalc approx_ndcg(alpha=10.0) ensemble of 2 seeds",
-                  "ensemble of B64 approx_ndcg(alpha=10.0) + B64 softmax_loss() (ensemble seeds 0",
-                  "The ensemble of different settings (issue 30)",
-                  "the rule's 2 best of the losses study", "Its members are these."):
-        assert title in text
-    assert "| not run" not in text, "the smoke run should fill every table"
+def test_the_report_of_every_study_writes_every_table_and_plot(tmp_path):
+    """The report over a cache of every run of every study (synthetic results, one fold, two
+    seeds; the recommended recipe's members best on validation, so its rule picks them)."""
+    from test_results_cache import synthetic_cache
+
+    synthetic_cache(tmp_path / "cache", "OHSUMED", names=list(studies()), folds=[1], seeds=[0, 1],
+                    lifted=studies()["list_standardized"])
+    assert experiments.main(["report", "--dataset", "OHSUMED", "--folds", "1", "--seeds", "0", "1",
+                             "--cache", str(tmp_path / "cache"),
+                             "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "results.md").read_text()
+    for title in REPORT_TITLES:
+        assert title in text, title
+    assert "| not run" not in text and "Not run on" not in text, "every table should be full"
+    assert "Its members are these.\n" in text.split("Recipe mixed_quantile_list_standardized")[1]
+    assert re.search(r"\| recommended recipe \| \d\.\d{4} \([+-]\d\.\d{4}, p = \d\.\d{3}\) \|",
+                     text)
     assert re.search(r"\(p = \d\.\d{3}\)", text)  # paired tests were computed
     plots = re.findall(r"\]\((results/\S+\.png)\)", text)
-    assert len(plots) == 3  # alpha, depth, tightness
+    assert len(plots) == 3 and all((tmp_path / "out" / plot).is_file() for plot in plots)
+
+
+def test_one_real_run_of_each_kind_is_cached_and_read_by_the_report(tmp_path):
+    """Each kind of run the runner executes differently, trained for real on a tiny fold (the
+    ensembles' runs: the tests of ensembles below): a neural run (its history plotted), AdaRank,
+    and each GBDT."""
+    from benchmarks import experiment_report
+
+    every = studies()
+    alpha_10 = next(s for s in every["bruch_alpha"] if dict(s.params)["alpha"] == 10.0)
+    kinds = [alpha_10, next(s for s in every["direct"] if s.model == "adarank"),
+             *(s.first_point_only() for s in every["gbdt"])]
+    data, cache = fold_tree(tmp_path / "data", folds=1), tmp_path / "cache"
+    files = DataSet("mine", data).folds()
+    keys = {1: data_key(files[1])}
+    assert experiments.run_all(kinds, {"mine": files}, [1], [0], 1, cache, tmp_path / "work",
+                               {"mine": keys}) == 0
+    rows = [experiment_report.Selected(s, "mine", cache, [1], [0], 1, print, keys) for s in kinds]
+    for row in rows:
+        mean, _ = row.cell([1], "ndcg@10")
+        assert 0 < mean <= 1 and row.seconds_per_fold([1]) > 0, row.setting.label()
+    out = tmp_path / "out"
+    (out / "results").mkdir(parents=True)
+    text = experiment_report._tightness(rows[0], DataSet("mine", data), [1], out)
+    assert "over 1 runs" in text and (out / "results" / "mine_tightness.png").is_file()
 
 
 def test_the_dasalc_study_compares_its_losses():

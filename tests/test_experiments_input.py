@@ -21,8 +21,8 @@ def replace_in_first_line(path, old, new):
 
 
 BAD_DATA = {
-    "NULL": (lambda train: replace_in_first_line(train, " 2:", " 2:NULL "),
-             "train.txt:1: non-numeric feature value in token '2:NULL'"),
+    "a word": (lambda train: replace_in_first_line(train, " 2:", " 2:x7 "),
+             "train.txt:1: non-numeric feature value in token '2:x7'"),
     "repeated id": (lambda train: replace_in_first_line(train, " 2:", " 1:0.5 2:"),
                     "train.txt:1: feature index 1 repeated"),
     "id 0": (lambda train: replace_in_first_line(train, " 1:", " 0:0.5 1:"),

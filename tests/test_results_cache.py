@@ -21,28 +21,39 @@ STUDIES = ["chen", "lightgbm", "gbdt", "dasalc_ensemble"]  # ensembles read thei
 FOLDS, SEEDS = [1, 2], [0, 1]
 
 
-def synthetic_result(run, rng, queries=6):
-    """Returns a result as `run` caches one, with random validation and per-query test values
-    (as JSON holds it: lists, not tuples)."""
-    result = {"validation": {"ndcg@10": round(float(rng.uniform()), 6)},
+HISTORY_KEYS = ("ndcg@10", "approx_ndcg@10", "val_ndcg@10", "val_approx_ndcg@10")
+
+
+def synthetic_result(run, rng, queries=6, lift=0.0):
+    """Returns a result as `run` caches one, with random validation (plus `lift`) and per-query
+    test values, a trainer's history of three epochs and an ensemble's members' validation (as
+    JSON holds it: lists, not tuples)."""
+    result = {"validation": {"ndcg@10": round(float(rng.uniform()) + lift, 6)},
               "qids": [f"q{run.fold}{i}" for i in range(queries)],
               "test": {"values": {name: np.round(rng.uniform(size=queries), 6).tolist()
                                   for name in METRICS},
                        "relevant": [bool(i % 5) for i in range(queries)]},
+              "history": [{key: round(float(rng.uniform()), 6) for key in HISTORY_KEYS}
+                          for _ in range(3)],
               "wall_seconds": round(float(rng.uniform(1, 30)), 1), "run": dataclasses.asdict(run)}
+    if run.ensemble:
+        result["members_validation"] = [round(float(rng.uniform()), 6) for _ in run.member_runs()]
     return json.loads(json.dumps(result))
 
 
-def synthetic_cache(cache, dataset="OHSUMED"):
-    """Writes a result for every run (ensembles' members included) of `STUDIES` on `dataset`;
-    returns the runs."""
+def synthetic_cache(cache, dataset="OHSUMED", names=STUDIES, folds=FOLDS, seeds=SEEDS,
+                    lifted=()):
+    """Writes a result for every run (ensembles' members included) of the studies `names` on
+    `dataset`, the validation of the settings `lifted` above every other's; returns the runs."""
     rng, runs = np.random.default_rng(0), {}
-    for name in STUDIES:
+    for name in names:
         for setting in studies()[name]:
-            for run in runs_of(setting, dataset, FOLDS, SEEDS, 40):
+            for run in runs_of(setting, dataset, folds, seeds, 40):
                 runs.update(dict.fromkeys((*run.member_runs(), run)))
+    lifted = {run for setting in lifted for run in runs_of(setting, dataset, [0], [0], 40)}
     for run in runs:
-        write_cached(cache, run, synthetic_result(run, rng))
+        lift = float(dataclasses.replace(run, fold=0, seed=0) in lifted)
+        write_cached(cache, run, synthetic_result(run, rng, lift=lift))
     return list(runs)
 
 

@@ -194,3 +194,25 @@ def test_has_missing_values_reads_the_spec_or_else_the_records(tmp_path):
         shutil.copy(shard, bare / shard.name)
         for files in ([shard], [bare / shard.name]):
             assert has_missing_values(files, NUM_FEATURES) is (name == "agg"), (name, files)
+
+
+def test_the_trainer_turns_missing_handling_on_for_data_with_missing_values(tmp_path):
+    """trainer: training data with NULL -> Splits.missing_values -> model.handles_missing in the
+    run's config (unless the config chose) -> a scorer built with it; data without any -> off."""
+    from trainer import build, config as trainer_config, data, distribute
+
+    (tmp_path / "agg.txt").write_text(TEXT * 3)
+    (tmp_path / "full.txt").write_text(TEXT.replace("NULL", "1").replace("nan", "2")
+                                       .replace("NaN", "3").replace("NAN", "4").replace("null", "5"))
+    for train, chosen, want in (("agg", None, True), ("agg", False, False), ("full", None, None)):
+        config = trainer_config.load("demo", {
+            "data.train": [str(tmp_path / f"{train}.txt")], "data.vali": [str(tmp_path / "agg.txt")],
+            "data.cache_dir": str(tmp_path / "cache"), "model.preset": "linear",
+            "model.handles_missing": chosen})
+        splits = data.resolve(config.data, print_fn=lambda _: None)
+        assert splits.missing_values is (train == "agg")
+        config = build.with_missing_values(config, splits, lambda _: None)
+        assert config.model.handles_missing is want
+        built = build.build(config, splits.num_features, distribute.make("default"),
+                            with_training_model=False)
+        assert built.eval_model.handles_missing is bool(want)

@@ -114,10 +114,21 @@ def scorer_kwargs(config: Config) -> dict[str, Any]:
     """Returns the keyword arguments of `tfapprox.models.build_scorer` that `config` sets."""
     kwargs = {"dropout": config.model.dropout}
     for key in ("batch_norm_momentum", "input_transform", "list_standardize", "noise_stddev",
-                "attention_layers"):
+                "attention_layers", "handles_missing"):
         if getattr(config.model, key) is not None:
             kwargs[key] = getattr(config.model, key)
     return kwargs
+
+
+def with_missing_values(config: Config, splits: data.Splits, say: Printer) -> Config:
+    """Returns `config` with `model.handles_missing` set to whether the training data holds
+    missing values, where the config leaves it open (None); the run's config.json keeps it."""
+    if config.model.handles_missing is not None or not splits.missing_values:
+        return config
+    say("The training data holds missing values (NaN): the scorer learns a fill value and a "
+        "missing indicator per feature (model.handles_missing)")
+    return dataclasses.replace(
+        config, model=dataclasses.replace(config.model, handles_missing=True))
 
 
 def check_components(config: Config) -> None:

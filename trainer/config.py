@@ -65,6 +65,9 @@ class ModelConfig:
     list_standardize: bool | None = None
     noise_stddev: float | None = None
     attention_layers: int | None = None
+    # Whether NaN feature values are missing values the scorer handles (DNNScorer's
+    # handles_missing); None: whether the training data holds any (LETOR's NULL or nan).
+    handles_missing: bool | None = None
     adarank_measure: str = "ndcg"  # E of AdaRank: map, ndcg, ndcg@k, p@k, mrr
     adarank_rounds: int = 100  # at most this many boosting rounds; the best on validation is kept
 

@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfapprox.data.dataset import (  # noqa: F401 - SPLIT_NAMES and NoRelevantDocument: trainer.data's
-    SPLIT_NAMES, NoRelevantDocument, check_relevant_documents)
+    SPLIT_NAMES, NoRelevantDocument, check_relevant_documents, has_missing_values)
 from tfapprox.files import remove_abandoned
 from trainer import named_data
 from trainer.config import DataConfig
@@ -71,6 +71,7 @@ class Splits:
     fingerprints: dict[str, list] = dataclasses.field(default_factory=dict)  # split -> fingerprint
     train_buckets: list[int] | None = None  # pad sizes of whole training lists (None: no buckets)
     feature_spec: Any = None  # records with named features: their FeatureSpec (num_features None)
+    missing_values: bool = False  # whether a training document misses a feature value (NaN)
 
 
 def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
@@ -94,6 +95,7 @@ def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
         num_train_lists=_count_lists(records["train"], num_features),
         fingerprints={split: fingerprint(paths) for split, paths in sources.items()},
         train_buckets=_train_buckets(config, records["train"], num_features, print_fn),
+        missing_values=has_missing_values(records["train"], num_features),
     )
 
 

@@ -33,7 +33,8 @@ import tensorflow as tf
 
 from trainer import (backend, checkpoint, data, distribute, interrupts, report, resume, run_files,
                      run_lock)
-from trainer.build import Built, adapt_inputs, build, check_attention_fits, evaluate_on, restore_best
+from trainer.build import (Built, adapt_inputs, build, check_attention_fits, evaluate_on, restore_best,
+                           with_missing_values)
 from trainer.config import Config
 from trainer.export import export
 from trainer.metric_names import add_gaps
@@ -79,6 +80,7 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
     say(backend.describe(dist.strategy, policy, backend.jit_compile(config.runtime.jit)))
     keras.utils.set_random_seed(config.train.seed)
     splits = data.resolve(config.data, print_fn=say)
+    config = with_missing_values(config, splits, say)
     if config.runtime.jit and config.data.list_size is None and not splits.train_buckets:
         say("Note: with --jit, whole lists and --buckets 0, XLA compiles once per padded list length")
     run_dir = Path(config.train.run_dir)

@@ -10,7 +10,9 @@ by :func:`infer_spec`, also ``python -m tfapprox.data spec``), ``ranking_dataset
 feature_spec=)`` or ``ranking_dataset(..., example_feature_spec=, label_spec=)`` reads them by name,
 and :func:`write_named_records` writes them.
 
-Modules import one way: ``letor`` (text) -> ``records`` (protos) -> ``shards`` (a converted set on
+Modules import one way: ``letor`` (text: ``letor_tokens``, the format's specification, under
+``letor_files`` (sources), ``letor_fast`` (vectorised parsing) and ``letor_blocks`` (parsing, in
+worker processes for large inputs)) -> ``records`` (protos) -> ``shards`` (a converted set on
 disk: ``spec.json``, shard names, file checks) -> ``converter`` (writes) / ``dataset`` (reads);
 ``folds`` finds the split files of a fold layout. ``feature_spec`` -> ``named_records`` (parsing and
 writing by name) -> ``dataset`` -> ``spec_inference``.

@@ -1,6 +1,6 @@
 """`python -m trainer train --feature-spec FILE --train ... --vali ... --test ...`: records with named
 features (ELWC with a context feature, string token lists and an int64 label) through the trainer's
-command line: selection, resume, --jit, evaluate, and one-line refusals of bad input."""
+command line: selection, resume, --jit, evaluate, export, and one-line refusals of bad input."""
 
 import contextlib
 import io
@@ -111,13 +111,26 @@ def test_evaluate_scores_the_selected_model(trained):
         assert evaluation[split] == pytest.approx(results[split], abs=1e-5)
 
 
-def test_export_of_a_named_run_says_what_is_missing(trained):
+def test_export_serves_requests_by_name_as_the_trained_model_scores(trained, records):
+    import numpy as np
+    import tensorflow as tf
+
+    from trainer import build, config as config_lib, named_data
+
     run_dir, _, _ = trained
-    status, _, err = run_main(["export", "--run-dir", str(run_dir), "--export-dir",
-                               str(run_dir.parent / "exported")])
-    assert status == 2 and err.count("\n") == 1
-    assert "feature_spec" in err and "--no-export" in err
-    assert not (run_dir.parent / "exported").exists()
+    status, out, err = run_main(["export", "--run-dir", str(run_dir), "--export-dir",
+                                 str(run_dir.parent / "exported"), "--name", "named"])
+    assert status == 0, err
+    path = out.strip().splitlines()[-1].removeprefix("Exported ")
+    config = config_lib.load(str(run_dir / "config.json"))
+    spec = named_data.load_spec(config.data.feature_spec)
+    features, labels = next(iter(named_data.eval_dataset([records["test"]], spec, 4)))
+    expected = np.asarray(build.restore_best(config).eval_model(features))
+    requests = list(tf.data.TFRecordDataset(records["test"]).take(4).as_numpy_iterator())
+    served = tf.saved_model.load(path).signatures["serving_default"](elwc=tf.constant(requests))
+    (scores,) = served.values()
+    valid = np.asarray(labels) >= 0
+    np.testing.assert_allclose(np.asarray(scores)[valid], expected[valid], atol=1e-5)
 
 
 @pytest.fixture(scope="module")

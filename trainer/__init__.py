@@ -2,6 +2,7 @@
 
 config.py      the run configuration: presets, YAML/JSON files, dotted overrides from flags
 data.py        LETOR folds / TFRecords / generated demo data -> tf.data, cached conversions
+named_data.py  records with named features (--feature-spec): the spec, checks, lookups
 train.py       one run: fit epoch by epoch, validation, selection, early stopping
 build.py       a run's models from its configuration: the compiled scorer and its evaluation twin
 metric_names.py  the metrics a run reports: selection metric, approximation monitor, gap

@@ -8,19 +8,24 @@ from pathlib import Path
 
 import keras
 
+from trainer import named_data
 from trainer.config import Config
 
 
-def export(eval_model: keras.Model, config: Config, num_features: int) -> Path:
-    """Writes `eval_model` as a TF Serving SavedModel; returns `base_dir/name/version`."""
+def export(eval_model: keras.Model, config: Config, num_features: int | None) -> Path:
+    """Writes `eval_model` as a TF Serving SavedModel; returns `base_dir/name/version`. A model
+    over named features (`data.feature_spec`, `num_features` None) gets the signatures that parse
+    requests by the spec's feature names, its vocabularies as assets."""
     from tfapprox.export import export_saved_model
 
     bound = {key: value for key, value in (("max_documents", config.export.max_documents),
                                            ("max_pairs", config.train.max_pairs))
              if value is not None}
+    features = ({"feature_spec": named_data.load_spec(config.data.feature_spec)}
+                if config.data.feature_spec is not None else {"num_features": num_features})
     return Path(export_saved_model(
-        eval_model, config.export.base_dir, config.export.name, num_features,
-        version=config.export.version, **bound,
+        eval_model, config.export.base_dir, config.export.name,
+        version=config.export.version, **features, **bound,
     ))
 
 
@@ -31,12 +36,6 @@ def check_export_target(config: Config) -> None:
     must be creatable.
     """
     from tfapprox.export import next_version
-
-    if config.data.feature_spec is not None:
-        raise ValueError(
-            "exporting a model over named features (data.feature_spec) needs "
-            "tfapprox.export.export_saved_model(feature_spec=...), which this version lacks: "
-            "train with --no-export (the run's checkpoint keeps the selected weights)")
 
     model_dir = Path(config.export.base_dir) / config.export.name
     version = config.export.version

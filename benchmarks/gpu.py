@@ -18,7 +18,7 @@ Rax with `--rax`): it runs on a GPU machine that has no TensorFlow. It prints, i
    with `--rax`, beside Rax's `approx_t12n(ndcg_metric)` and `approx_t12n(ap_metric)` (temperature
    1/alpha = 0.1, as ours), `pairwise_logistic_loss`, `listmle_loss` and `softmax_loss`, timed in
    alternating rounds (best of `--rounds`), and the ratio ours / Rax. The path column says which
-   of `tfapprox.pair_sums`' compiled-mode choices each loss took (benchmarks/pair_paths.py).
+   of `tfapprox.pair_plan`'s choices each loss took (benchmarks/pair_paths.py).
 4. A training step of the B1024 scorer (`build_scorer("B1024")`, 136 features as MSLR-WEB30K, Adagrad,
    ApproxNDCG; a jitted stateless Keras step on device-resident batches) at lists of 100 (320 lists
    a step) and 1000 (32 lists), in float32 and mixed bfloat16: documents/s, and the share of the
@@ -26,13 +26,13 @@ Rax with `--rax`): it runs on a GPU machine that has no TensorFlow. It prints, i
    weight per document: forward, and the two matmuls of the backward pass).
 
 `--paths` prints, instead of 1-4, the pair-sum losses (ApproxNDCG, ApproxAP, RankNet) at the same
-sizes under each setting of `tfapprox.pair_sums`' compiled-mode switches, timed in alternating
-rounds with each other (and Rax's, with `--rax`): the default; one exp per pair instead of
-per-document factors (`FACTORED_EXPONENTIALS = False`); the factors wherever the lists fit them
-(`PER_PAIR_EXPS_ON_GPU_UP_TO` and `PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO` 0); the backward passes
-with their constants at every list size (`CONSTANT_FREE_ABOVE` unbounded); per-pair exps with
-constants; for lists up to `CONSTANT_FREE_ABOVE`, the backward passes without constants; and for
-lists above `BLOCKED_ABOVE`, dense pairs and blocks of 1024 columns. Beside the best lists/s it
+sizes under each of several `tfapprox.pair_plan.PairPlan`s, timed in alternating rounds with each
+other (and Rax's, with `--rax`): the default; one exp per pair instead of per-document factors
+(`factored_exponentials=False`); the factors wherever the lists fit them
+(`per_pair_exps_on_gpu_up_to` and `per_pair_sigmoid_exps_on_cpu_up_to` 0); the backward passes
+with their constants at every list size (`constant_free_above` unbounded); per-pair exps with
+constants; for lists up to `constant_free_above`, the backward passes without constants; and for
+lists above `blocked_above`, dense pairs and blocks of 1024 columns. Beside the best lists/s it
 prints the median CPU time a step over the rounds (`time.process_time`, steadier than wall time
 where other work shares the machine). It shows which path is fastest on the device at hand.
 
@@ -47,7 +47,7 @@ that it cannot rot); its figures mean nothing.
 """
 
 import argparse
-import contextlib
+import dataclasses
 import functools
 import importlib.metadata
 import os
@@ -64,7 +64,7 @@ import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tfapprox import losses, pair_sums  # noqa: E402
+from tfapprox import losses, pair_plan  # noqa: E402
 from tfapprox.models import PRESETS, build_scorer  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -215,34 +215,22 @@ def loss_rows(sizes, seconds, rounds, rax_losses):
     return rows
 
 
-# --paths: (name, {pair_sums switch: value}, applies to lists of this size)
+# --paths: (name, {PairPlan field: value}, applies to lists of this size)
+DEFAULT = pair_plan.DEFAULT
 PATH_VARIANTS = (
     ("default", {}, lambda size: True),
-    ("per-pair exps", {"FACTORED_EXPONENTIALS": False}, lambda size: True),
-    ("factored exps", {"PER_PAIR_EXPS_ON_GPU_UP_TO": 0, "PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO": 0},
+    ("per-pair exps", {"factored_exponentials": False}, lambda size: True),
+    ("factored exps", {"per_pair_exps_on_gpu_up_to": 0, "per_pair_sigmoid_exps_on_cpu_up_to": 0},
      lambda size: True),
-    ("constants kept", {"CONSTANT_FREE_ABOVE": 2 ** 31}, lambda size: True),
-    ("no constants", {"CONSTANT_FREE_ABOVE": 0},
-     lambda size: size <= pair_sums.CONSTANT_FREE_ABOVE),
-    ("per-pair exps, constants kept", {"FACTORED_EXPONENTIALS": False,
-                                       "CONSTANT_FREE_ABOVE": 2 ** 31}, lambda size: True),
-    ("dense pairs", {"BLOCKED_ABOVE": 2 ** 31}, lambda size: size > pair_sums.BLOCKED_ABOVE),
-    ("blocks of 1024", {"PAIR_BLOCK": 1024}, lambda size: size > pair_sums.BLOCKED_ABOVE),
+    ("constants kept", {"constant_free_above": 2 ** 31}, lambda size: True),
+    ("no constants", {"constant_free_above": 0},
+     lambda size: size <= DEFAULT.constant_free_above),
+    ("per-pair exps, constants kept", {"factored_exponentials": False,
+                                       "constant_free_above": 2 ** 31}, lambda size: True),
+    ("dense pairs", {"blocked_above": 2 ** 31}, lambda size: size > DEFAULT.blocked_above),
+    ("blocks of 1024", {"pair_block": 1024}, lambda size: size > DEFAULT.blocked_above),
 )
 PATH_LOSSES = ("ApproxNDCG", "ApproxAP", "RankNet")
-
-
-@contextlib.contextmanager
-def switched(settings):
-    """Sets `tfapprox.pair_sums` module switches for the duration (tracing reads them)."""
-    saved = {name: getattr(pair_sums, name) for name in settings}
-    for name, value in settings.items():
-        setattr(pair_sums, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(pair_sums, name, value)
 
 
 def path_rows(sizes, seconds, rounds, rax_losses):
@@ -258,7 +246,7 @@ def path_rows(sizes, seconds, rounds, rax_losses):
             for name, settings, applies in PATH_VARIANTS:
                 if not applies(list_size):
                     continue
-                with switched(settings):
+                with pair_plan.using(dataclasses.replace(DEFAULT, **settings)):
                     compiled = gradient_of(ours, True).lower(labels, scores).compile()
                     paths.append(pair_paths.describe(pair_paths.traced_on_jax(ours, labels,
                                                                               scores)))

@@ -14,8 +14,8 @@ in a train step: in a `tf.function` (`--compile graph`, the default; `xla` adds 
 TensorFlow, under `jax.jit` (`jit`) on JAX, or op by op (`eager`: under an eager
 `tf.GradientTape`, as in a custom training loop, `run_eagerly=True` or a notebook, or
 `jax.value_and_grad` without jit). The pairwise sums are chosen
-by `--pairwise` (default "auto": lists this long are summed in blocks of
-`tfapprox.pair_sums.PAIR_BLOCK` columns; "dense" builds the [B, L, L] pairs, tens of GB here).
+by `--pairwise` (default "auto": lists this long are summed in blocks of `tfapprox.pair_plan`'s
+`pair_block` columns; "dense" builds the [B, L, L] pairs, tens of GB here).
 
 `--dasalc`: the DASALC recipe (`tfapprox.models.RECIPES`: a B256 tower, two blocks of 2-head
 self-attention over the list, 64 units) on one list of each `--list-sizes` length (default 1,000,

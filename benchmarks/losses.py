@@ -22,18 +22,18 @@ adds the share of this machine's limit: pairs/s (lists/s × list size²) over th
 that `benchmarks/limits.py` measures in the same run (a fused forward pass that evaluates each
 pair's σ once, so a forward+backward pass at 100 % would be as cheap as that forward alone).
 
-The path column says which of `tfapprox.pair_sums`' compiled-mode choices each loss took, as
-`pair_sums.recording_paths` records them while a separate step is traced
+The path column says which of `tfapprox.pair_plan`'s choices each loss took, as
+`pair_plan.recording_paths` records them while a separate step is traced
 (`benchmarks/pair_paths.py`; the timed steps are the same code, not instrumented): which choices
 XLA compiles, lists ordered by a sorting network, by counting or by a sort (under XLA, static list
-sizes: ListMLE's orders up to `NETWORK_ORDER_UP_TO` by the network, other orders up to
-`COUNTED_ORDER_UP_TO` by counting), pair exponentials from per-document factors where every list
-spans at most 2·EXP_LIMIT or one per pair (`FACTORED_EXPONENTIALS`), and RankNet's backward pass
+sizes: ListMLE's orders up to `network_order_up_to` by the network, other orders up to
+`counted_order_up_to` by counting), pair exponentials from per-document factors where every list
+spans at most 2·EXP_LIMIT or one per pair (`factored_exponentials`), and RankNet's backward pass
 on JAX. All were chosen from CPU measurements: `--counted-order-up-to 0`,
-`--network-order-up-to 0` and `--per-pair-exps` take the other paths, so a run on another device
-(a GPU) can check them. Without XLA, lists of a static size up to `ELEMENTWISE_SUMS_UP_TO` sum
-their pairs by products and reductions instead of batched matmuls (`--elementwise-sums-up-to 0`
-always takes the matmul).
+`--network-order-up-to 0` and `--per-pair-exps` time the losses under a `PairPlan` that takes the
+other paths, so a run on another device (a GPU) can check them. Without XLA, lists of a static
+size up to `elementwise_sums_up_to` sum their pairs by products and reductions instead of batched
+matmuls (`--elementwise-sums-up-to 0` always takes the matmul).
 
 With `--backend jax` each loss runs on Keras' JAX backend instead: forward+backward under
 `jax.jit`, labels and scores passed as arguments (as Keras' JAX train step passes them; closed
@@ -76,7 +76,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tfapprox import losses, pair_sums  # noqa: E402
+from tfapprox import losses  # noqa: E402
+from tfapprox.pair_plan import DEFAULT, PairPlan, using  # noqa: E402
 import pair_paths  # noqa: E402
 from limits import pairs_per_second  # noqa: E402
 from tfranking_losses import ROUNDS, SAME_NAMED, SIZES, GradientTimer, make_inputs, serve  # noqa: E402
@@ -314,26 +315,32 @@ def main():
                         help="time tfapprox alone (no side venv)")
     parser.add_argument("--loss", nargs="+", choices=sorted(losses.LOSSES),
                         default=list(losses.LOSSES), help="losses to time (default: all)")
-    parser.add_argument("--counted-order-up-to", type=int, default=pair_sums.COUNTED_ORDER_UP_TO,
+    parser.add_argument("--counted-order-up-to", type=int, default=DEFAULT.counted_order_up_to,
                         help="under XLA, order lists of a static size up to this by counting "
                         "instead of sorting (default "
-                        f"{pair_sums.COUNTED_ORDER_UP_TO}; 0 always sorts)")
-    parser.add_argument("--network-order-up-to", type=int, default=pair_sums.NETWORK_ORDER_UP_TO,
+                        f"{DEFAULT.counted_order_up_to}; 0 always sorts)")
+    parser.add_argument("--network-order-up-to", type=int, default=DEFAULT.network_order_up_to,
                         help="under XLA, order ListMLE's lists of a static size up to this by a "
                         "sorting network instead of counting or sorting (default "
-                        f"{pair_sums.NETWORK_ORDER_UP_TO}; 0 never)")
+                        f"{DEFAULT.network_order_up_to}; 0 never)")
     parser.add_argument("--per-pair-exps", action="store_true",
                         help="under XLA, one exp per pair instead of per-document factors")
     parser.add_argument("--elementwise-sums-up-to", type=int,
-                        default=pair_sums.ELEMENTWISE_SUMS_UP_TO,
+                        default=DEFAULT.elementwise_sums_up_to,
                         help="without XLA, sum the pairs of lists of a static size up to this by "
                         "products instead of matmuls (default "
-                        f"{pair_sums.ELEMENTWISE_SUMS_UP_TO}; 0 always takes the matmul)")
+                        f"{DEFAULT.elementwise_sums_up_to}; 0 always takes the matmul)")
     args = parser.parse_args()
-    pair_sums.ELEMENTWISE_SUMS_UP_TO = args.elementwise_sums_up_to
-    pair_sums.COUNTED_ORDER_UP_TO = args.counted_order_up_to
-    pair_sums.NETWORK_ORDER_UP_TO = args.network_order_up_to
-    pair_sums.FACTORED_EXPONENTIALS = not args.per_pair_exps
+    plan = PairPlan(elementwise_sums_up_to=args.elementwise_sums_up_to,
+                    counted_order_up_to=args.counted_order_up_to,
+                    network_order_up_to=args.network_order_up_to,
+                    factored_exponentials=not args.per_pair_exps)
+    with using(plan):
+        run(args, plan)
+
+
+def run(args, plan):
+    """Times the losses as `args` ask, each traced under `plan`."""
     if args.serve:
         serve(args.round_seconds, args.jit, args.unknown_list_size,
               {name: losses.LOSSES[name](**PARAMS.get(name, {})) for name in losses.LOSSES},
@@ -355,11 +362,11 @@ def main():
     if args.unknown_list_size:
         compiled += " traced for a None list size"
     if args.jit:
-        compiled += (f"; counted order up to list size {pair_sums.COUNTED_ORDER_UP_TO}, "
-                     f"network order up to {pair_sums.NETWORK_ORDER_UP_TO}, "
-                     f"{'factored' if pair_sums.FACTORED_EXPONENTIALS else 'per-pair'} exps")
+        compiled += (f"; counted order up to list size {plan.counted_order_up_to}, "
+                     f"network order up to {plan.network_order_up_to}, "
+                     f"{'factored' if plan.factored_exponentials else 'per-pair'} exps")
     else:
-        compiled += f"; pair sums by products up to list size {pair_sums.ELEMENTWISE_SUMS_UP_TO}"
+        compiled += f"; pair sums by products up to list size {plan.elementwise_sums_up_to}"
     print(f"Forward+backward lists/s ({compiled}, float32, CPU, {os.cpu_count()} cores, fastest "
           f"of {ROUNDS} rounds): tfapprox on TensorFlow {tf.__version__}{against}. Pair "
           f"limit (benchmarks/limits.py, same run): {pair_limit / 1e9:.2f} G sigmoid pairs/s.\n")

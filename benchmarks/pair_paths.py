@@ -1,16 +1,16 @@
-"""Which of `tfapprox.pair_sums`' compiled-mode choices a loss's forward+backward step takes, as
-`pair_sums.recording_paths` records them while the step is traced (traced only: nothing is
+"""Which of `tfapprox.pair_plan`'s choices a loss's forward+backward step takes, as
+`pair_plan.recording_paths` records them while the step is traced (traced only: nothing is
 compiled or run). TensorFlow is imported only for `traced_on_tensorflow`, so `benchmarks/gpu.py`
 runs where there is none.
 
-Recorded: whether XLA compiles each choice (`pair_sums.xla_path`), how lists are ordered (sorting
+Recorded: whether XLA compiles each choice (`pair_plan.xla_path`), how lists are ordered (sorting
 network, counting, sort), how pairs are summed without XLA (products or matmul) and in blocks of
 columns for long lists, whether pair exponentials come from per-document factors where the lists
-fit them (`FACTORED_EXPONENTIALS`) or one per pair, and RankNet's backward pass (its pulls
+fit them (`PairPlan.factored_exponentials`) or one per pair, and RankNet's backward pass (its pulls
 masked by a last select on JAX, "select last", or where-masked).
 """
 
-from tfapprox import pair_sums
+from tfapprox import pair_plan
 
 
 def traced_on_jax(loss, labels, scores):
@@ -19,7 +19,7 @@ def traced_on_jax(loss, labels, scores):
     import jax
     import jax.numpy as jnp
 
-    with pair_sums.recording_paths() as taken:
+    with pair_plan.recording_paths() as taken:
         jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s)))).lower(
             jnp.asarray(scores), jnp.asarray(labels))
     return _by_choice(taken)
@@ -37,7 +37,7 @@ def traced_on_tensorflow(loss, labels, scores, jit_compile, unknown_list_size=Fa
         return value, tape.gradient(value, scores)
 
     signature = [tf.TensorSpec((None, None), tf.float32)] * 2 if unknown_list_size else None
-    with pair_sums.recording_paths() as taken:
+    with pair_plan.recording_paths() as taken:
         tf.function(step, jit_compile=jit_compile, input_signature=signature).get_concrete_function(
             tf.constant(labels), tf.constant(scores))
     return _by_choice(taken)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import COMPILE_MODES, registered, registered_losses_in_modes, to_numpy
-from tfapprox import losses, metrics, models, pair_sums
+from tfapprox import losses, metrics, models, pair_plan
 from tfapprox.ensemble import ScoreEnsemble
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
@@ -110,7 +110,7 @@ METRICS_WITH = losses.ApproxNDCGLoss
 
 
 # Losses whose train step, traced for a `None` list size, makes no compile-mode choice: the code
-# asks whether XLA compiles it only through `pair_sums.xla_path`, so traced as a graph function
+# asks whether XLA compiles it only through `pair_plan.xla_path`, so traced as a graph function
 # they run the same Python and build the same ops as under XLA (their XLA fit checks that they
 # make none), and the TensorFlow kernels of those ops run op by op in tests/test_losses.py. They
 # train under XLA only, as conftest.SKELETON_VARIANTS do (the trainer's mode; jit on JAX); every
@@ -124,14 +124,14 @@ LOSSES_IN_FIT_MODES = [param for param in registered_losses_in_modes(FIT_MODES, 
 
 
 def compile_mode_choices(paths):
-    """The `pair_sums.xla_path` choices among paths recorded by `pair_sums.recording_paths`."""
+    """The `pair_plan.xla_path` choices among paths recorded by `pair_plan.recording_paths`."""
     return {path for path in paths if path.endswith((": XLA", ": no XLA"))}
 
 
 @pytest.mark.parametrize("loss, mode", LOSSES_IN_FIT_MODES)
 def test_every_loss_trains_on_variable_length_lists(loss, mode):
     metric_list = registered(keras.metrics.Metric) if type(loss) is METRICS_WITH else []
-    with pair_sums.recording_paths() as paths:
+    with pair_plan.recording_paths() as paths:
         model, history = fit(loss, mode, metric_list)
     if mode == "xla" and type(loss).__name__ in NO_COMPILE_MODE_CHOICE:
         assert not compile_mode_choices(paths), "it needs its graph-mode fit back"

@@ -15,7 +15,7 @@ from tfapprox import direct_ops
 from tfapprox import losses
 from tfapprox import neural_sort
 from tfapprox import ops as rank_ops
-from tfapprox import pair_sums
+from tfapprox.pair_plan import PairPlan, using
 from tfapprox.losses import sampling
 
 ALL_LOSSES = [
@@ -389,34 +389,33 @@ PAIRWISE_LOSSES = {  # pairwise -> a loss whose pair sums are dense or blocked a
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("name", sorted(PAIRWISE_LOSSES))
-def test_pairs_summed_in_blocks_give_the_dense_loss_and_gradient(name, mode, rng, monkeypatch):
+def test_pairs_summed_in_blocks_give_the_dense_loss_and_gradient(name, mode, rng):
     """Blocks of 4 columns over lists of 11 (the last block padded), with padded documents, NaN
     in a padded slot and, in the last list, score gaps up to 2e4."""
-    monkeypatch.setattr(pair_sums, "PAIR_BLOCK", 4)
     labels, scores = random_batch(rng, batch=4, list_size=11, pad_fraction=0.3)
     labels[:, 0], labels[:, -1] = 3.0, -1.0
     scores[:, -1], scores[-1] = np.nan, rng.uniform(-1e4, 1e4, size=11)
     dense = loss_and_grad(PAIRWISE_LOSSES[name]("dense"), labels, scores, mode)
-    blocked = loss_and_grad(PAIRWISE_LOSSES[name]("blocked"), labels, scores, mode)
+    with using(PairPlan(pair_block=4)):
+        blocked = loss_and_grad(PAIRWISE_LOSSES[name]("blocked"), labels, scores, mode)
     assert np.isfinite(blocked[0]) and np.all(np.isfinite(blocked[1]))
     for ours, expected in zip(blocked, dense):
         np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", [mode for mode in COMPILE_MODES if mode != "eager"])
-def test_auto_blocks_by_list_size_when_it_is_known_only_at_run_time(mode, rng, monkeypatch):
-    """Above BLOCKED_ABOVE = 8, lists of 13 are summed in blocks of 4 and lists of 6 densely; on
+def test_auto_blocks_by_list_size_when_it_is_known_only_at_run_time(mode, rng):
+    """Above blocked_above = 8, lists of 13 are summed in blocks of 4 and lists of 6 densely; on
     TensorFlow graphs traced for [None, None] inputs choose with ops.cond, when they run. (Eager,
     the list size is always known: `test_auto_sums_pairs_in_blocks_above_blocked_above`.)"""
-    monkeypatch.setattr(pair_sums, "PAIR_BLOCK", 4)
-    monkeypatch.setattr(pair_sums, "BLOCKED_ABOVE", 8)
     for list_size in (6, 13):
         labels, scores = random_batch(rng, batch=3, list_size=list_size, pad_fraction=0.2)
         labels[:, 0] = 2.0
         for name in ("approx_ap", "weighted_ranknet@2"):
             dense = loss_and_grad(PAIRWISE_LOSSES[name]("dense"), labels, scores)
-            auto = loss_and_grad(PAIRWISE_LOSSES[name]("auto"), labels, scores, mode,
-                                 unknown_shape=True)
+            with using(PairPlan(pair_block=4, blocked_above=8)):
+                auto = loss_and_grad(PAIRWISE_LOSSES[name]("auto"), labels, scores, mode,
+                                     unknown_shape=True)
             for ours, expected in zip(auto, dense):
                 np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
 

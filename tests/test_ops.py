@@ -15,6 +15,7 @@ from conftest import COMPILE_MODES, REPO, backend, loss_and_grad, random_batch, 
 from tfapprox import losses
 from tfapprox import ops as rank_ops
 from tfapprox import pair_sums
+from tfapprox.pair_plan import DEFAULT, PairPlan, using
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import pair_paths  # noqa: E402  (benchmarks/pair_paths.py)
@@ -93,12 +94,10 @@ def test_ideal_positions_and_label_consistent_permutation():
 @pytest.mark.parametrize("list_size, network", [(12, True), (12, False), (300, True)])
 @pytest.mark.parametrize("label_step", [1.0, 0.25])  # integer labels: one argsort; else two
 def test_label_consistent_permutation_is_a_lexicographic_sort(label_step, list_size, network,
-                                                             mode, monkeypatch):
+                                                             mode):
     """Under XLA integer labels take a sorting network (or with that off, a count), others two
     argsorts; without XLA every label takes one argsort of int64 codes. The order is read back
     from the gradient of Σ_p (p + 1)·s_{order[p]}."""
-    if not network:
-        monkeypatch.setattr(pair_sums, "NETWORK_ORDER_UP_TO", 0)
     rng = np.random.default_rng(7)
     labels = (rng.integers(0, 4, size=(16, list_size)) * label_step).astype(np.float32)
     labels[0, :3] = 2040.0 if list_size == 300 else 8000.0  # below the one-sort label limits
@@ -107,10 +106,12 @@ def test_label_consistent_permutation_is_a_lexicographic_sort(label_step, list_s
     keys = to_numpy(rank_ops.tie_breaking_keys(
         rng.normal(size=(16, list_size)).astype(np.float32), seed=3))
     keys[:, ::3] = keys[:, 1::3]  # equal keys too: those stay in list order
-    _, places = loss_and_grad(
-        lambda y, s: ops.take_along_axis(s, rank_ops.plackett_luce_order(labels, mask, keys),
-                                         axis=-1) * (1.0 + np.arange(list_size, dtype=np.float32)),
-        None, rng.normal(size=(16, list_size)).astype(np.float32), mode)
+    with using(DEFAULT if network else PairPlan(network_order_up_to=0)):
+        _, places = loss_and_grad(
+            lambda y, s: ops.take_along_axis(s, rank_ops.plackett_luce_order(labels, mask, keys),
+                                             axis=-1)
+            * (1.0 + np.arange(list_size, dtype=np.float32)),
+            None, rng.normal(size=(16, list_size)).astype(np.float32), mode)
     order = np.argsort(places, axis=-1)
     for b in range(16):
         real = np.flatnonzero(mask[b])
@@ -167,8 +168,8 @@ def test_auto_sums_pairs_in_blocks_above_blocked_above():
         return pair_sums._dense_or_blocked(pairwise, np.zeros((1, list_size), np.float32),
                                            lambda: "dense", lambda: "blocked")
 
-    assert pick(pair_sums.BLOCKED_ABOVE) == "dense" and pick(1000) == "dense"
-    assert pick(pair_sums.BLOCKED_ABOVE + 1) == "blocked"
+    assert pick(DEFAULT.blocked_above) == "dense" and pick(1000) == "dense"
+    assert pick(DEFAULT.blocked_above + 1) == "blocked"
     assert pick(5000, "dense") == "dense" and pick(3, "blocked") == "blocked"
     with pytest.raises(ValueError, match="`pairwise` must be one of"):
         pick(3, "sparse")
@@ -188,16 +189,16 @@ PAIR_SUMS = {  # pairwise -> a loss_fn(labels, scores) on each blocked sum, with
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("name", sorted(PAIR_SUMS))
-def test_pair_sums_in_blocks_equal_dense_values_and_gradients(name, mode, rng, monkeypatch):
+def test_pair_sums_in_blocks_equal_dense_values_and_gradients(name, mode, rng):
     """Blocks of 4 columns over lists of 11 (the last block padded), with padded documents."""
-    monkeypatch.setattr(pair_sums, "PAIR_BLOCK", 4)
     labels = rng.integers(0, 4, size=(3, 11)).astype(np.float32)
     mask = rng.random((3, 11)) > 0.3
     weights = rng.random((3, 11)).astype(np.float32) * mask
     scores = rng.normal(size=(3, 11)).astype(np.float32)
     dense = loss_and_grad(PAIR_SUMS[name](mask, labels, weights, "dense"), None, scores, mode)
-    blocked = loss_and_grad(PAIR_SUMS[name](mask, labels, weights, "blocked"), None, scores,
-                            mode)
+    with using(PairPlan(pair_block=4)):
+        blocked = loss_and_grad(PAIR_SUMS[name](mask, labels, weights, "blocked"), None, scores,
+                                mode)
     for ours, expected in zip(blocked, dense):
         np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
 
@@ -206,40 +207,40 @@ def test_pair_sums_in_blocks_equal_dense_values_and_gradients(name, mode, rng, m
                                                   ("logistic_pair_sums", "softplus")])
 def test_an_eager_tape_keeps_no_block_of_pairs_alive(name, pair_function, rng, monkeypatch):
     """Under an eager tf.GradientTape the blocked forward pass must not be recorded: the tape
-    would keep every block's [B, L, PAIR_BLOCK] intermediates alive, O(B·L²) in all, though the
+    would keep every block's [B, L, pair_block] intermediates alive, O(B·L²) in all, though the
     custom gradient recomputes them. Each block's pairs (σ or softplus of the differences) must
     be freed as soon as the block is summed, and the gradient stay the dense one."""
     if backend() != "tensorflow":
         pytest.skip("only TensorFlow records eager operations on a tape")
     import tensorflow as tf
 
-    monkeypatch.setattr(pair_sums, "PAIR_BLOCK", 4)
     blocks, pairs_of = [], getattr(ops, pair_function)
     monkeypatch.setattr(ops, pair_function, lambda x: blocks.append(pairs_of(x)) or blocks[-1])
     labels = rng.integers(0, 4, size=(3, 11)).astype(np.float32)
     mask = rng.random((3, 11)) > 0.3
     weights = rng.random((3, 11)).astype(np.float32) * mask
     scores = tf.constant(rng.normal(size=(3, 11)).astype(np.float32))
-    with tf.GradientTape() as tape:
-        tape.watch(scores)
-        value = tf.reduce_sum(PAIR_SUMS[name](mask, labels, weights, "blocked")(None, scores))
-        freed = [weakref.ref(block) for block in blocks]
-        blocks.clear()
-        gc.collect()
-        assert len(freed) == 3 and all(block() is None for block in freed)
+    with using(PairPlan(pair_block=4)):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            value = tf.reduce_sum(PAIR_SUMS[name](mask, labels, weights, "blocked")(None, scores))
+            freed = [weakref.ref(block) for block in blocks]
+            blocks.clear()
+            gc.collect()
+            assert len(freed) == 3 and all(block() is None for block in freed)
+        blocked_gradient = tape.gradient(value, scores).numpy()
     dense = loss_and_grad(PAIR_SUMS[name](mask, labels, weights, "dense"), None, scores.numpy())
-    np.testing.assert_allclose(tape.gradient(value, scores).numpy(), dense[1], rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(blocked_gradient, dense[1], rtol=1e-5, atol=1e-5)
 
 
-def test_logistic_sums_of_long_lists_take_softplus_whatever_the_elementwise_bound(monkeypatch):
+def test_logistic_sums_of_long_lists_take_softplus_whatever_the_elementwise_bound():
     """Without XLA, short lists sum RankNet's pairs by one log per row of a product of σs, each
     ≥ ½: a list of 150 equal scores would make it 2^-149 (0 once denormals flush) and the value
-    infinite, so lists over 127 take softplus however far ELEMENTWISE_SUMS_UP_TO is raised."""
-    monkeypatch.setattr(pair_sums, "ELEMENTWISE_SUMS_UP_TO", 1000)
+    infinite, so lists over 127 take softplus however far `elementwise_sums_up_to` is raised."""
     labels = np.arange(150, dtype=np.float32)[None]
-    value = to_numpy(pair_sums.logistic_pair_sums(np.zeros((1, 150), np.float32), labels,
-                                                  np.ones((1, 150), bool), "dense"))
+    with using(PairPlan(elementwise_sums_up_to=1000)):
+        value = to_numpy(pair_sums.logistic_pair_sums(np.zeros((1, 150), np.float32), labels,
+                                                      np.ones((1, 150), bool), "dense"))
     np.testing.assert_allclose(value[0], np.arange(150) * math.log(2.0), rtol=1e-5)
 
 
@@ -247,7 +248,7 @@ def test_logistic_sums_of_long_lists_take_softplus_whatever_the_elementwise_boun
 @pytest.mark.parametrize("size", [9, 37])
 @pytest.mark.parametrize("spread", [1.0, 30.0, 1e4])
 def test_dense_logistic_pair_sums_match_float64(spread, size, mode, rng):
-    """The dense RankNet sums (under XLA: logs of LOG_CHUNK pairs at a time, over lists padded
+    """The dense RankNet sums (under XLA: logs of `log_chunk` pairs at a time, over lists padded
     to whole chunks; exps per document, or per pair for the wide spreads) against float64, with
     pairs from tiny to saturated margins."""
     labels = rng.integers(0, 3, size=(2, size)).astype(np.float32)
@@ -291,12 +292,12 @@ def test_dense_sigmoid_pair_sums_match_float64(spread, factored, mode, rng):
 
 @pytest.mark.skipif(backend() != "jax", reason="the JAX kernels")
 @pytest.mark.parametrize("spread", [1.0, 1e4])
-def test_jax_kernels_match_float64(spread, rng, monkeypatch):
+def test_jax_kernels_match_float64(spread, rng):
     """The σ sums' backward passes without constants, taken here for short lists, give the
     float64 values and gradients of the test above (RankNet's JAX pass, "Select last", is taken
     at every size, so the test before it covers it)."""
-    monkeypatch.setattr(pair_sums, "CONSTANT_FREE_ABOVE", 0)
-    test_dense_sigmoid_pair_sums_match_float64(spread, spread == 1.0, "jit", rng)
+    with using(PairPlan(constant_free_above=0)):
+        test_dense_sigmoid_pair_sums_match_float64(spread, spread == 1.0, "jit", rng)
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)
@@ -320,17 +321,16 @@ def test_ideal_dcg_counts_graded_labels_and_sorts_others(label_step, mode):
 @pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("pairwise", ["dense", "blocked"])
 @pytest.mark.parametrize("label_step", [1.0, 0.5, 40.0], ids=["graded", "fractional", "large"])
-def test_ideal_positions_count_graded_labels_and_compare_others(label_step, pairwise, mode,
-                                                                 monkeypatch):
+def test_ideal_positions_count_graded_labels_and_compare_others(label_step, pairwise, mode):
     """Graded labels are counted per grade, others compared pairwise (in blocks of 4 columns
     when blocked): both give 1 + #{real y: l_y > l_x}, and 1 + #real on padded slots."""
-    monkeypatch.setattr(pair_sums, "PAIR_BLOCK", 4)
     rng = np.random.default_rng(5)
     labels = (rng.integers(0, 5, size=(4, 11)) * label_step).astype(np.float32)
     mask = rng.random((4, 11)) < 0.8
     weights = rng.random((4, 11)).astype(np.float32)
-    value, _ = loss_and_grad(
-        lambda y, s: rank_ops.ideal_positions(y, mask, pairwise) * s, labels, weights, mode)
+    with using(PairPlan(pair_block=4)):
+        value, _ = loss_and_grad(
+            lambda y, s: rank_ops.ideal_positions(y, mask, pairwise) * s, labels, weights, mode)
     real = np.where(mask, labels, -np.inf)
     expected = 1.0 + (real[:, None, :] > real[:, :, None]).sum(-1)
     assert value == pytest.approx((expected * weights).sum(), rel=1e-6)
@@ -381,9 +381,8 @@ PAIR_SUMS_OF_SHORT_LISTS = {
 @pytest.mark.parametrize("unknown_shape", [False, True], ids=["static", "none"])
 @pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("name", sorted(PAIR_SUMS_OF_SHORT_LISTS))
-def test_short_lists_sum_pairs_by_products_as_the_matmul_does(name, mode, unknown_shape, rng,
-                                                              monkeypatch):
-    """Without XLA, lists of a static size up to ELEMENTWISE_SUMS_UP_TO sum their pairs by
+def test_short_lists_sum_pairs_by_products_as_the_matmul_does(name, mode, unknown_shape, rng):
+    """Without XLA, lists of a static size up to `elementwise_sums_up_to` sum their pairs by
     products and reductions, others (and a `None` size) by matmul: the same values and
     gradients, weights of 0 and padding included."""
     labels = rng.integers(0, 4, size=(5, 10)).astype(np.float32)
@@ -392,8 +391,8 @@ def test_short_lists_sum_pairs_by_products_as_the_matmul_does(name, mode, unknow
     assert not pair_sums.elementwise_sums_apply(np.zeros((5, 40, 40)))
     loss = PAIR_SUMS_OF_SHORT_LISTS[name]
     by_products = loss_and_grad(loss, labels, scores, mode, unknown_shape)
-    monkeypatch.setattr(pair_sums, "ELEMENTWISE_SUMS_UP_TO", 0)
-    by_matmul = loss_and_grad(loss, labels, scores, mode, unknown_shape)
+    with using(PairPlan(elementwise_sums_up_to=0)):
+        by_matmul = loss_and_grad(loss, labels, scores, mode, unknown_shape)
     assert by_products[0] == pytest.approx(by_matmul[0], rel=1e-6)
     np.testing.assert_allclose(by_products[1], by_matmul[1], rtol=1e-5, atol=1e-6)
 
@@ -414,19 +413,20 @@ def test_descending_order_is_a_stable_sort_and_gathers_within_lists(mode, unknow
                                   np.argsort(-keys, axis=-1, kind="stable"))
 
 
-# Losses whose compiled-mode choices cover every `pair_sums.xla_path` caller: pair sums of σ
+# Losses whose compiled-mode choices cover every `pair_plan.xla_path` caller: pair sums of σ
 # (ApproxNDCG, ApproxAP's two kinds) and of softplus (RankNet), ideal positions and DCG
 # (weighted RankNet), orders by network (ListMLE) and by counting (ApproxAP's exact ranks).
 LOSSES_BY_PATH = ("approx_ndcg", "approx_ap", "ranknet", "weighted_ranknet", "listmle")
 
 
-def _paths_traced(loss, mode):
+def _paths_traced(loss, mode, plan=DEFAULT):
     """Returns {choice: {path}} recorded while a forward+backward step of `loss` on 2 lists of 6
-    is traced in `mode` (`benchmarks/pair_paths.py`; nothing is compiled or run)."""
+    is traced in `mode` under `plan` (`benchmarks/pair_paths.py`; nothing is compiled or run)."""
     labels, scores = random_batch(np.random.default_rng(0), batch=2, list_size=6)
-    if backend() == "jax":
-        return pair_paths.traced_on_jax(loss, labels, scores)
-    return pair_paths.traced_on_tensorflow(loss, labels, scores, jit_compile=mode == "xla")
+    with using(plan):
+        if backend() == "jax":
+            return pair_paths.traced_on_jax(loss, labels, scores)
+        return pair_paths.traced_on_tensorflow(loss, labels, scores, jit_compile=mode == "xla")
 
 
 @pytest.mark.parametrize("mode", [m for m in COMPILE_MODES if m != "eager"])
@@ -442,77 +442,76 @@ def test_compiled_losses_take_the_xla_paths(name, mode):
 
 
 @pytest.mark.parametrize("mode", [m for m in COMPILE_MODES if m != "eager"])
-def test_jax_kernels_are_taken_on_jax(mode, monkeypatch):
+def test_jax_kernels_are_taken_on_jax(mode):
     """The σ sums' backward passes without constants are taken under `jax.jit` for lists longer
-    than CONSTANT_FREE_ABOVE ("Separate passes"), never under TensorFlow's XLA, nor at or below
+    than `constant_free_above` ("Separate passes"), never under TensorFlow's XLA, nor at or below
     the bound; RankNet's backward pass selects last under `jax.jit` at every size ("Select
     last"), never under TensorFlow's XLA; without XLA neither kernel is traced."""
     on_jax = backend() == "jax"
     expected = {"no constants"} if on_jax else {"σ(1 − σ)"} if mode == "xla" else None
-    monkeypatch.setattr(pair_sums, "CONSTANT_FREE_ABOVE", 5)  # the traced lists hold 6
-    assert _paths_traced(losses.get("approx_ap"), mode).get("sigmoid gradient") == expected
-    monkeypatch.setattr(pair_sums, "CONSTANT_FREE_ABOVE", 6)
-    assert (_paths_traced(losses.get("approx_ap"), mode).get("sigmoid gradient")
+    below = PairPlan(constant_free_above=5)  # the traced lists hold 6
+    assert (_paths_traced(losses.get("approx_ap"), mode, below).get("sigmoid gradient")
+            == expected)
+    at = PairPlan(constant_free_above=6)
+    assert (_paths_traced(losses.get("approx_ap"), mode, at).get("sigmoid gradient")
             == ({"σ(1 − σ)"} if expected else None))
     ranknet = {"select last"} if on_jax else {"where-masked"} if mode == "xla" else None
     assert _paths_traced(losses.get("ranknet"), mode).get("logistic gradient") == ranknet
 
 
 @pytest.mark.parametrize("mode", [m for m in COMPILE_MODES if m != "eager"])
-def test_small_batches_take_per_pair_sigmoid_exponentials_on_jax(mode, monkeypatch):
+def test_small_batches_take_per_pair_sigmoid_exponentials_on_jax(mode):
     """Under `jax.jit` on the CPU, the σ sums of batches of up to
-    PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO pairs take one exp per pair, larger ones the factors, and
+    `per_pair_sigmoid_exps_on_cpu_up_to` pairs take one exp per pair, larger ones the factors, and
     RankNet's logistic sums the factors at every size; TensorFlow's XLA takes the factors
     everywhere, and without XLA no exps are chosen."""
     on_jax = backend() == "jax"
     factored = {"factored where lists fit"} if on_jax or mode == "xla" else None
-    monkeypatch.setattr(pair_sums, "PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO", 2 * 6 * 6)  # traced
-    assert (_paths_traced(losses.get("approx_ndcg"), mode).get("exps")
+    traced = PairPlan(per_pair_sigmoid_exps_on_cpu_up_to=2 * 6 * 6, device="cpu")
+    assert (_paths_traced(losses.get("approx_ndcg"), mode, traced).get("exps")
             == ({"per pair"} if on_jax else factored))
-    assert _paths_traced(losses.get("ranknet"), mode).get("exps") == factored
-    monkeypatch.setattr(pair_sums, "PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO", 2 * 6 * 6 - 1)
-    assert _paths_traced(losses.get("approx_ndcg"), mode).get("exps") == factored
+    assert _paths_traced(losses.get("ranknet"), mode, traced).get("exps") == factored
+    fewer = PairPlan(per_pair_sigmoid_exps_on_cpu_up_to=2 * 6 * 6 - 1, device="cpu")
+    assert _paths_traced(losses.get("approx_ndcg"), mode, fewer).get("exps") == factored
 
 
 @pytest.mark.skipif(backend() != "jax", reason="the GPU's paths are JAX's")
-def test_a_gpu_takes_dense_pairs_and_per_pair_exponentials(monkeypatch):
-    """On a GPU (simulated: `pair_sums.on_gpu`), pairs are summed densely at every list size, and
-    lists up to PER_PAIR_EXPS_ON_GPU_UP_TO take one exp per pair, longer ones the factors; the
-    CPU keeps blocks above BLOCKED_ABOVE and the factors."""
-    monkeypatch.setattr(pair_sums, "BLOCKED_ABOVE", 5)  # the traced lists hold 6
-    monkeypatch.setattr(pair_sums, "PER_PAIR_EXPS_ON_GPU_UP_TO", 6)
+def test_a_gpu_takes_dense_pairs_and_per_pair_exponentials():
+    """On a GPU (a plan for one), pairs are summed densely at every list size, and lists up to
+    `per_pair_exps_on_gpu_up_to` take one exp per pair, longer ones the factors; the CPU keeps
+    blocks above `blocked_above` and the factors."""
+    def plan(**settings):  # the traced lists hold 6
+        return PairPlan(blocked_above=5, per_pair_exps_on_gpu_up_to=6, **settings)
+
     for name in ("approx_ndcg", "ranknet"):
-        on_cpu = _paths_traced(losses.get(name), "xla")
+        on_cpu = _paths_traced(losses.get(name), "xla", plan(device="cpu"))
         assert on_cpu["pairs"] == {"blocked"} and "exps" not in on_cpu, on_cpu
-    monkeypatch.setattr(pair_sums, "on_gpu", lambda: True)
-    for name in ("approx_ndcg", "ranknet"):
-        assert _paths_traced(losses.get(name), "xla")["pairs"] == {"dense"}
-        assert _paths_traced(losses.get(name), "xla")["exps"] == {"per pair"}
-    monkeypatch.setattr(pair_sums, "PER_PAIR_EXPS_ON_GPU_UP_TO", 5)
-    assert _paths_traced(losses.get("ranknet"), "xla")["exps"] == {"factored where lists fit"}
+        on_gpu = _paths_traced(losses.get(name), "xla", plan(device="gpu"))
+        assert on_gpu["pairs"] == {"dense"} and on_gpu["exps"] == {"per pair"}, on_gpu
+    longer = PairPlan(blocked_above=5, per_pair_exps_on_gpu_up_to=5, device="gpu")
+    assert (_paths_traced(losses.get("ranknet"), "xla", longer)["exps"]
+            == {"factored where lists fit"})
 
 
 @pytest.mark.skipif(backend() != "jax", reason="reads the HLO that jax.jit compiles")
 @pytest.mark.parametrize("name, batch, list_size, tensors",
                          [("approx_ndcg", 2, 64, 0), ("approx_ap", 2, 64, 0), ("ranknet", 2, 64, 2)])
-def test_jit_writes_tensors_of_pairs_only_where_planned(name, batch, list_size, tensors, rng,
-                                                        monkeypatch):
-    """Under `jax.jit` the σ pair sums of a forward+backward step above `CONSTANT_FREE_ABOVE`
+def test_jit_writes_tensors_of_pairs_only_where_planned(name, batch, list_size, tensors, rng):
+    """Under `jax.jit` the σ pair sums of a forward+backward step above `constant_free_above`
     (lowered to this list) fuse whole: no fusion writes a [B, L, L] tensor ("Separate passes" in
     `tfapprox.pair_sums`); RankNet's backward pass writes its pulls, computed in one loop whose
     reduction YNNPACK takes alone ("Select last"), and no masks: one tensor for the factored
     exponentials and one in the per-pair fallback (`_only_if`). 2 lists of 64 make 8192
     pairs, enough for XLA to hand the reductions to YNNPACK (from 4096 elements), and the σ sums
-    take the factors that larger batches take (PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO lowered)."""
+    take the factors that larger batches take (`per_pair_sigmoid_exps_on_cpu_up_to` lowered)."""
     import jax
     import jax.numpy as jnp
 
-    monkeypatch.setattr(pair_sums, "CONSTANT_FREE_ABOVE", list_size - 1)
-    monkeypatch.setattr(pair_sums, "PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO", 0)
     loss = losses.get(name)
     labels, scores = random_batch(rng, batch=batch, list_size=list_size)
     step = jax.jit(jax.value_and_grad(lambda s, y: jnp.sum(loss(y, s))))
-    compiled = step.lower(scores, labels).compile().as_text()
+    with using(PairPlan(constant_free_above=list_size - 1, per_pair_sigmoid_exps_on_cpu_up_to=0)):
+        compiled = step.lower(scores, labels).compile().as_text()
     pairs = re.compile(rf"= \w+\[{batch},{list_size},{list_size}\]")
     written = [line.strip()[:160] for line in compiled.splitlines()
                if " fusion(" in line and pairs.search(line)]

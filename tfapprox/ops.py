@@ -3,8 +3,9 @@
 Everything here is written with `keras.ops`, so it runs on the TensorFlow, JAX and PyTorch
 backends. Tensors are `[batch, list_size]` unless a docstring says otherwise; `mask` is True on
 real documents and False on padded slots. No function here lets a padded slot enter a sum.
-This module says what is computed; how the pairwise sums, counts and orders are made fast (dense
-or blocked, custom gradients, XLA work-arounds) is `tfapprox.pair_sums`.
+This module says what is computed: the pair kernels (pairwise sums, counts and orders) are
+`tfapprox.pair_sums`, and where a formula has several ways to be computed, `tfapprox.pair_plan`
+chooses which.
 """
 
 import sys
@@ -13,9 +14,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from tfapprox import pair_sums
+from tfapprox import pair_plan, pair_sums
 from tfapprox.pair_sums import COMPUTE_DTYPE
-
 
 
 def _static_shape(x):
@@ -244,7 +244,7 @@ def approx_ranks(scores, mask, alpha, pairwise="auto"):
     σ saturates cleanly, so |α·Δs| up to 1e4 and beyond gives finite values and gradients.
     """
     scaled = ops.multiply(scores, alpha)
-    compiled = pair_sums.xla_path("approx ranks")
+    compiled = pair_plan.xla_path("approx ranks")
     fill = ops.stop_gradient(_lowest(scaled, mask)) if compiled else 0.0
     scaled = ops.where(mask, scaled, fill)
     return 0.5 + pair_sums.sigmoid_pair_sums(scaled, ops.cast(mask, COMPUTE_DTYPE), pairwise)
@@ -269,11 +269,11 @@ def exact_ranks(scores, mask):
     stable) inverted by a second: O(L log L) time and O(L) memory, so whole lists of any length
     are measured. Padded slots take the positions after every real document (a real score of −inf
     counts as the lowest finite float, so it still ranks before them); no measure reads them.
-    The positions are a permutation of 1..L. Under XLA, lists of a static size up to
-    `tfapprox.pair_sums.COUNTED_ORDER_UP_TO` are counted instead.
+    The positions are a permutation of 1..L. Where the plan says so (`pair_plan.order`: under
+    XLA, short lists of a static size), they are counted instead.
     """
     keys = ops.where(mask, ops.maximum(scores, LOWEST_FLOAT32), float("-inf"))
-    if pair_sums.counted_order_applies(keys):
+    if pair_plan.order(keys.shape[1]) == "counted":
         return ops.cast(pair_sums.descending_positions_by_counting(keys) + 1, COMPUTE_DTYPE)
     order = ops.argsort(-keys, axis=-1)
     return ops.cast(ops.argsort(order, axis=-1) + 1, COMPUTE_DTYPE)
@@ -337,7 +337,7 @@ def ideal_positions(labels, mask, pairwise="auto"):
         return pair_sums.higher_counts(real_labels, pairwise)
 
     graded = _all_graded(ops.where(mask, labels, 0.0))
-    if pair_sums.xla_path("ideal positions"):
+    if pair_plan.xla_path("ideal positions"):
         return 1.0 + pair_sums.first_or_fallback(graded, by_counting, by_pairs, real_labels)
     return 1.0 + ops.cond(graded, lambda: by_counting(real_labels), lambda: by_pairs(real_labels))
 
@@ -368,7 +368,7 @@ def ideal_dcg(labels, topk=None):
         grades = ops.cast(ops.arange(GRADES), COMPUTE_DTYPE)
         return ops.sum((cumulative[:, :-1] - cumulative[:, 1:]) * gains(grades), axis=-1)
 
-    if not pair_sums.xla_path("ideal DCG"):
+    if not pair_plan.xla_path("ideal DCG"):
         return by_sorting()
     return ops.cond(_all_graded(labels), by_counting, by_sorting)
 
@@ -465,15 +465,14 @@ def plackett_luce_order(labels, mask, keys):
     jnp.argsort is stable), O(L log L), of:
     - without XLA (and on TensorFlow, XLA with a `None` list size), int64 codes from the
       label's float32 bits and the key: exact for every label, no run-time choice;
-    - under XLA with a static list size, label·`KEY_LEVELS` + key for integer labels, through a
-      sorting network (`tfapprox.pair_sums.NETWORK_ORDER_UP_TO`; labels below its code limit /
-      `KEY_LEVELS` − 1), or where that is off, counted up to
-      `tfapprox.pair_sums.COUNTED_ORDER_UP_TO`, else sorted as label + key / `KEY_LEVELS`
-      (exact in float32 below `LARGEST_EXACT_LABEL`); other labels take two stable argsorts, by
-      key and then by label, chosen at run time with `ops.cond`.
+    - under XLA with a static list size, label·`KEY_LEVELS` + key for integer labels, ordered as
+      the plan chooses (`pair_plan.order`): through a sorting network (labels below its code
+      limit / `KEY_LEVELS` − 1), by counting, or sorted as label + key / `KEY_LEVELS` (exact in
+      float32 below `LARGEST_EXACT_LABEL`); other labels take two stable argsorts, by key and
+      then by label, chosen at run time with `ops.cond`.
     """
-    by_network = pair_sums.network_order_applies(labels)
-    by_counting = not by_network and pair_sums.counted_order_applies(labels)
+    how = pair_plan.order(labels.shape[1], network=True)
+    by_network, by_counting = how == "network", how == "counted"
     if not (by_network or by_counting) and keras.backend.backend() != "jax":
         # int64 codes (JAX has them only with x64 on): real labels are ≥ 0 or NaN, and such
         # float32s, sign bit cleared (for −0), order as their bits do as integers
@@ -524,7 +523,7 @@ def _suffix_sums_by_scan(high, total):
     `_add_next_block`): a log-depth scan (Hillis & Steele), ⌈log2 L⌉ rounds, O(L log L) work,
     every exponent ≤ 0, so any gaps between the `high`s stay finite. The rounds run in a while
     loop, for static list sizes too: unrolled in a branch of `suffix_logsumexp_minus_self`'s
-    `cond`, they made XLA compute both branches (ListMLE at list 10: 452k → 746k lists/s)."""
+    `cond`, they made XLA compute both branches."""
     list_size = ops.shape(high)[1]
     _, high, total = ops.while_loop(
         lambda width, *_: width < list_size, _add_next_block,
@@ -543,7 +542,7 @@ def _suffix_terms_by_pairs(scores, mask, real):
     from the pairs of a short list: each row's sum is scaled by its own largest term, so nothing
     underflows or overflows whatever the gaps. O(L²) in ~10 ops: the fallback of short lists
     without XLA, where TensorFlow passes every op of a branch not taken, and the scans' while
-    loops (~110 ops in the two branches) cost ListMLE 5 % of each step at list 10."""
+    loops (~110 ops in the two branches) cost a short list's step more than these pairs."""
     list_size = scores.shape[1]
     later = np.triu(np.ones((list_size, list_size), np.float32))  # [p, i]: i ≥ p
     reach = ops.expand_dims(ops.convert_to_tensor(later), 0) * ops.expand_dims(real, 1)
@@ -566,14 +565,14 @@ def suffix_logsumexp_minus_self(scores, mask):
     top score (padded ones included): O(L). When a batch has a suffix whose sum would underflow
     that (scores more than ~40 below the top at the end of a list), the whole batch takes, chosen
     at run time with `ops.cond`, a log-depth scan (`_suffix_sums_by_scan`, exact for score gaps
-    of 1e4), or in short lists without XLA (`pair_sums.short_list_without_xla`) the pairs
+    of 1e4), or in short lists without XLA (`pair_plan.short_list_without_xla`) the pairs
     (`_suffix_terms_by_pairs`).
     The gradient being written out, nothing differentiates through the `cond` (its gradient
     plumbing cost more than the sums at list 10 without XLA, and XLA cannot differentiate a
     `cond` over a while loop).
     """
     real = ops.cast(mask, scores.dtype)
-    by_pairs = pair_sums.short_list_without_xla(scores)
+    by_pairs = pair_plan.short_list_without_xla(scores.shape[1])
 
     @ops.custom_gradient
     def terms(scores):

@@ -1,154 +1,70 @@
-"""How the pair sums, pair counts and orders of `tfapprox.ops` are made fast: dense or blocked,
-custom gradients, and the backend and compiler work-arounds, each in a block with its reason.
+"""The pair kernels of `tfapprox.ops`: their reference implementations and the fast variants.
 
-What is computed lives in `tfapprox.ops`; this module holds how. The tricks, and what justified
-them (figures from docs/benchmarks.md, "How" and "Long lists"):
+Each kernel has one plain reference implementation, the formula written out in `keras.ops` and
+differentiated by autodiff, which the tests hold every variant to:
 
-- Blocked sums (`pairwise`, PAIR_BLOCK, BLOCKED_ABOVE): lists longer than 1024 documents are
-  summed 256 columns at a time, so no `[B, L, L]` tensor exists (one list of 60,000 would need
-  14 GB per such tensor; blocked, ApproxNDCG's peak RSS was 925 MiB). Not on a GPU (JAX), whose
-  XLA writes no such tensor dense: there dense ran 2–2.9× as fast.
-- One block at a time on TensorFlow (`_one_step_at_a_time`): with up to 10 loop steps in flight
-  (TensorFlow's default) a list of 60,000 peaked at 1.6 GB instead of 1.1 GB.
-- Custom gradients (`_pair_sums`): the backward pass is one pass over the pairs (a matmul, or
-  one fused reduction under XLA), not a second trip through autodiff's broadcast graph.
-- Factored exponentials under XLA (FACTORED_EXPONENTIALS, `_exponential_factors`): e^{v_k − v_j}
-  as a product of two per-document factors, two exps per document instead of one per pair, where
-  every list spans at most 2·EXP_LIMIT; chosen from CPU measurements. On a GPU (JAX), lists up
-  to PER_PAIR_EXPS_ON_GPU_UP_TO (512) take one exp per pair, faster there; on JAX's CPU, the σ
-  sums of batches of up to PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO (2^15) pairs do (ApproxAP's step
-  1.15–1.32× less CPU time in batches of 6,400 to 25,600 pairs).
-- Loops of 0 or 1 steps under XLA (`_only_if`): the per-pair fallback runs only for the batches
-  that need it; XLA turns an `ops.cond` of plain arithmetic into a select that computes both.
-- Elementwise sums without XLA (ELEMENTWISE_SUMS_UP_TO, `_row_sums`): lists of a static size up
-  to 32 sum their pairs by products instead of TensorFlow's batched matmul of small matrices
-  (ApproxNDCG and RankNet 1.26× faster at list 10).
-- Separate passes under XLA (`_dense_sigmoid_sums`): the σ sums' forward and backward passes
-  take different factor sets and no select, so that JAX's XLA fuses each whole instead of first
-  writing [B, L, L] tensors (ApproxNDCG on JAX at list 1000 about 7× faster); no pair-shaped
-  constant either, which XLA shares between the passes and writes (ApproxAP about 2.4×).
-- Select last on JAX (`select_last_applies`): RankNet's backward pass ends in a select, so that
-  JAX's XLA hands only its reduction to YNNPACK and computes the pairs in one loop (RankNet's
-  step on JAX 1.3–1.9× less CPU time at lists 100 to 1000).
-- Log chunks under XLA (LOG_CHUNK, `_log1p`): RankNet takes one log per 8 pairs, 3.92× TF-Ranking
-  at list 1000 where one log per pair gave 1.80×.
-- Counted orders under XLA (COUNTED_ORDER_UP_TO): lists of a static size up to 128 are ordered by
-  O(L²) comparisons instead of XLA's sort, slow on CPU (ListMLE 1.2× faster at list 10, 1.5× at
-  100, 0.4× at 1000).
-- Network orders under XLA (NETWORK_ORDER_UP_TO): lists of a static size with small integer
-  sort keys (ListMLE's) are ordered by a bitonic network of vectorised compare-exchanges instead
-  of XLA's sort or a count (ListMLE at list 1000 4,300 → 11,000 lists/s, at 100 1.5× counting).
+- σ pair sums S_k = Σ_j w_j σ(v_j − v_k) (`sigmoid_pair_sums`; `reference_sigmoid_pair_sums`),
+- logistic pair sums, RankNet's Σ_{j: l_j < l_k} ln(1 + e^{s_j − s_k}) (`logistic_pair_sums`;
+  `reference_logistic_pair_sums`),
+- pair counts (`higher_counts`, `concordant_counts`; dense is the reference),
+- orders (`descending_positions_by_counting`, `descending_order_by_counting`,
+  `descending_order_by_network`; the reference is a stable sort, `tfapprox.ops.descending_order`),
+- running sums (`running_sums`; the reference is a cumulative sum).
 
-FACTORED_EXPONENTIALS, PER_PAIR_EXPS_ON_GPU_UP_TO, PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO,
-COUNTED_ORDER_UP_TO, NETWORK_ORDER_UP_TO, ELEMENTWISE_SUMS_UP_TO, BLOCKED_ABOVE and PAIR_BLOCK are
-module settings read when a function is traced (`benchmarks/losses.py` and
-`benchmarks/gpu.py --paths` time the other paths).
+The variants: pairs summed densely or in blocks of columns; custom gradients, whose backward pass
+is one pass over the pairs instead of a second trip through autodiff's broadcast graph; without
+XLA, products and reductions instead of small matmuls; under XLA, pair exponentials from
+per-document factors, logs of chunks of pairs, and backend and compiler work-arounds, each in a
+block with its reason. Which variant a trace takes is `tfapprox.pair_plan`'s choice, from the
+backend, XLA or not, the device and the static shape; the figures behind the choices:
+docs/benchmarks.md#pair-paths.
 """
-
-import contextlib
 
 import keras
 import numpy as np
 from keras import ops
 
+from tfapprox import pair_plan
+from tfapprox.pair_plan import xla_path
+
 COMPUTE_DTYPE = "float32"
 
 
-def compiled_by_xla():
-    """Whether the code being traced is compiled by XLA: always on JAX; on TensorFlow inside a
-    `tf.function(jit_compile=True)` (a TensorFlow-internal check, False if it is unavailable)."""
-    backend = keras.backend.backend()
-    if backend != "tensorflow":
-        return backend == "jax"
-    try:
-        from tensorflow.python.framework import ops as tf_ops
-        from tensorflow.python.ops import control_flow_util
-
-        return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
-    except (ImportError, AttributeError):
-        return False
-
-
-# Paths taken: every compiled-mode choice goes through `xla_path`, and every other choice of how
-# (orders, blocks, exps, sums, RankNet's gradient) through `record`, which record it for
-# `recording_paths` while a function is traced, so a test (or benchmarks/pair_paths.py) can see
-# which paths a loss took under `jax.jit` or `jit_compile=True` without timing it.
-_RECORDINGS = []
-
-
-def record(what, path):
-    """Records that `what` took `path` in every `recording_paths` block open."""
-    for taken in _RECORDINGS:
-        taken.append(f"{what}: {path}")
-
-
-def xla_path(what):
-    """Returns `compiled_by_xla()`, recording "`what`: XLA" or "`what`: no XLA"."""
-    compiled = compiled_by_xla()
-    record(what, "XLA" if compiled else "no XLA")
-    return compiled
-
-
-@contextlib.contextmanager
-def recording_paths():
-    """Yields a list that collects the `xla_path` choices made while tracing inside the block."""
-    taken = []
-    _RECORDINGS.append(taken)
-    try:
-        yield taken
-    finally:
-        _RECORDINGS.remove(taken)
-
-
-# Pairwise sums (Σ_j f(x_k, x_j) for every k) over lists longer than BLOCKED_ABOVE documents are
-# computed PAIR_BLOCK columns at a time, forward and backward (pairwise="auto"): memory
-# O(B·L·PAIR_BLOCK) instead of O(B·L²). "dense" and "blocked" force either way.
-# On a GPU (JAX) "auto" is dense at every size: there XLA fuses each pass over the pairs into its
-# reduction and writes no [B, L, L] tensor. On an H200, ApproxNDCG, ApproxAP and RankNet over one
-# list of 60,000 documents planned 57, 113 and 56 MiB of temporaries dense (61, 62 and 61 MiB
-# blocked) and ran 2.4×, 2.0× and 2.6× as fast as blocked; 2.1–2.9× at 4 lists of 10,000
-# (docs/benchmarks.md, "GPU").
+# Pairwise sums (Σ_j f(x_k, x_j) for every k) are dense, or over long lists computed a block of
+# columns at a time, forward and backward: memory O(B·L·block) instead of O(B·L²). "dense" and
+# "blocked" force either way; "auto" asks the plan (`pair_plan.pairs`).
 PAIRWISE_MODES = ("auto", "dense", "blocked")
-BLOCKED_ABOVE = 1024
-PAIR_BLOCK = 256
 
 
 def _dense_or_blocked(pairwise, like, dense, blocked):
-    """Returns `dense()` or `blocked()`, as `pairwise` says; "auto" takes `blocked()` for lists
-    of `like` [B, L] longer than BLOCKED_ABOVE (chosen when tracing if L is static, else when
-    the graph runs), except on a GPU (`on_gpu`), where it is always dense."""
-    if pairwise == "auto" and on_gpu():
-        pairwise = "dense"
-    if pairwise == "auto":
-        list_size = like.shape[1]
-        if list_size is None:
-            record("pairs", f"blocked above {BLOCKED_ABOVE} documents")
-            return ops.cond(ops.shape(like)[1] > BLOCKED_ABOVE, blocked, dense)
-        pairwise = "blocked" if list_size > BLOCKED_ABOVE else "dense"
+    """Returns `dense()` or `blocked()`, as `pairwise` says; "auto" as the plan chooses for lists
+    of `like` [B, L] (when the graph runs if L is not static)."""
     if pairwise not in PAIRWISE_MODES:
         raise ValueError(f"`pairwise` must be one of {PAIRWISE_MODES}; got {pairwise!r}")
-    record("pairs", pairwise)
-    return blocked() if pairwise == "blocked" else dense()
+    how = pair_plan.pairs(pairwise, like.shape[1])
+    if how == "by size":
+        return ops.cond(ops.shape(like)[1] > pair_plan.active().blocked_above, blocked, dense)
+    return blocked() if how == "blocked" else dense()
 
 
-def _sum_over_column_blocks(block_sums, columns, fills):
-    """Returns Σ_J block_sums([c[:, J] for c in columns]) over blocks J of PAIR_BLOCK columns.
+def _sum_over_column_blocks(block_sums, columns, fills, block):
+    """Returns Σ_J block_sums([c[:, J] for c in columns]) over blocks J of `block` columns.
 
     `columns` are `[B, L]`; they are padded with `fills` to a whole number of blocks, and
     `block_sums` must give 0 for a padded column. It returns `[B, L]` row sums over one block's
-    `[B, L, PAIR_BLOCK]` pairs, so one block of pairs is alive at a time. The loop runs with a
+    `[B, L, block]` pairs, so one block of pairs is alive at a time. The loop runs with a
     `None` list dimension (a while loop in a TensorFlow graph, which XLA compiles too).
     """
     batch_size, list_size = ops.shape(columns[0])
-    num_blocks = (list_size + PAIR_BLOCK - 1) // PAIR_BLOCK
-    padding = ((0, 0), (0, num_blocks * PAIR_BLOCK - list_size))
+    num_blocks = (list_size + block - 1) // block
+    padding = ((0, 0), (0, num_blocks * block - list_size))
     padded = [ops.pad(column, padding, constant_values=fill)
               for column, fill in zip(columns, fills)]
 
     def add_block(index, total):
-        start = (0, index * PAIR_BLOCK)
+        start = (0, index * block)
         return total + block_sums(
-            [ops.slice(column, start, (batch_size, PAIR_BLOCK)) for column in padded])
+            [ops.slice(column, start, (batch_size, block)) for column in padded])
 
     return _one_step_at_a_time(num_blocks, add_block,
                                ops.zeros_like(columns[0], dtype=COMPUTE_DTYPE))
@@ -157,10 +73,9 @@ def _sum_over_column_blocks(block_sums, columns, fills):
 def _one_step_at_a_time(num_steps, body, initial):
     """Returns `ops.fori_loop(0, num_steps, body, initial)`, its steps never overlapping.
 
-    Backend fallback: a TensorFlow graph runs up to 10 steps of a while loop at once (each with
-    its own block of pairs: 1.6 GB instead of 1.1 GB peak for a list of 60,000), so on
-    TensorFlow the loop is `tf.while_loop(parallel_iterations=1)`. JAX, XLA and eager loops run
-    one step at a time anyway.
+    Backend fallback: a TensorFlow graph runs up to 10 steps of a while loop at once, each with
+    its own block of pairs, so on TensorFlow the loop is `tf.while_loop(parallel_iterations=1)`.
+    JAX, XLA and eager loops run one step at a time anyway.
     """
     if keras.backend.backend() != "tensorflow":
         return ops.fori_loop(0, num_steps, body, initial)
@@ -204,7 +119,9 @@ def _pair_sums(row_sums, row_sum_gradients, dense_sums, values, constants, fills
         # blocks and keep each one's pairs while it lives (O(B·L²) in all), though the gradient
         # recomputes them. JAX has no tape; graphs free them anyway.
         fixed = [ops.stop_gradient(row) for row in rows]
-        total = _sum_over_column_blocks(lambda columns: row_sums(*fixed, *columns), fixed, fills)
+        block = pair_plan.active().pair_block  # the backward pass's too, whenever it runs
+        total = _sum_over_column_blocks(lambda columns: row_sums(*fixed, *columns), fixed, fills,
+                                        block)
 
         def gradient(upstream):
             # ties upstream's `None` dimensions to the rows': XLA cannot slice it otherwise when
@@ -212,7 +129,7 @@ def _pair_sums(row_sums, row_sum_gradients, dense_sums, values, constants, fills
             upstream = ops.reshape(upstream, ops.shape(rows[0]))
             return _sum_over_column_blocks(
                 lambda columns: row_sum_gradients(*rows, upstream, *columns),
-                (*rows, upstream), (*fills, 0.0))
+                (*rows, upstream), (*fills, 0.0), block)
 
         return total, gradient
 
@@ -220,39 +137,22 @@ def _pair_sums(row_sums, row_sum_gradients, dense_sums, values, constants, fills
                              lambda: with_gradient(blocked_sums))
 
 
-# Elementwise sums (TensorFlow without XLA, on CPU): a batched matmul of many small matrices
-# costs more than the products it replaces, so lists of a static size up to this sum
-# [B, L, L] pairs against per-document vectors by products and reductions (forward+backward at
-# list 10: ApproxNDCG and RankNet 1.26× faster; ApproxNDCG at 32 1.12–1.18×, at 100 0.82–0.98×);
-# longer ones, and a `None` size, by matmul. 0 always takes the matmul. Under XLA the pairs fuse
-# and no matmul is used. The same lists take RankNet's one log per row (`_dense_logistic_sums`,
-# up to 127 whatever this says) and ListMLE's pairs fallback
-# (`tfapprox.ops.suffix_logsumexp_minus_self`).
-ELEMENTWISE_SUMS_UP_TO = 32
-
-
+# Elementwise sums (without XLA): a batched matmul of many small matrices costs more than the
+# products it replaces, so the pairs of short lists (`pair_plan.sums_by_products`) are summed
+# against per-document vectors by products and reductions; longer ones, and a `None` size, by
+# matmul. Under XLA the pairs fuse and no matmul is used.
 def elementwise_sums_apply(pairs):
     """Whether `_row_sums` and `_column_sums` of `pairs` [B, L, L] take products and reductions."""
-    by_products = pairs.shape[-1] is not None and pairs.shape[-1] <= ELEMENTWISE_SUMS_UP_TO
-    record("sums without XLA", "products" if by_products else "matmul")
-    return by_products
-
-
-def short_list_without_xla(values):
-    """Whether lists `[B, L]` have a static size up to ELEMENTWISE_SUMS_UP_TO and XLA does not
-    compile them: there TensorFlow's per-op cost rules, and a small matmul beats a cumulative
-    sum (`running_sums`)."""
-    return (values.shape[1] is not None and values.shape[1] <= ELEMENTWISE_SUMS_UP_TO
-            and not xla_path("running sums"))
+    return pair_plan.sums_by_products(pairs.shape[-1])
 
 
 def running_sums(values, reverse=False):
     """Returns Σ_{i ≤ p} v_i at each position p of `values` [B, L] (Σ_{i ≥ p} with `reverse`):
-    a cumulative sum (between flips for `reverse`), or for short lists without XLA
-    (`short_list_without_xla`) one matmul with a triangular matrix of ones (at list 10 a
-    cumulative sum over 256 lists took about 14 µs, the matmul ~5 µs, and no flips)."""
+    a cumulative sum (between flips for `reverse`), the reference, or for short lists without
+    XLA (`pair_plan.short_list_without_xla`) one matmul with a triangular matrix of ones, which
+    costs fewer of TensorFlow's per-op overheads there."""
     list_size = values.shape[1]
-    if short_list_without_xla(values):
+    if pair_plan.short_list_without_xla(list_size):
         index = np.arange(list_size)
         summed = index[:, None] >= index[None, :] if reverse else index[:, None] <= index[None, :]
         return ops.matmul(values, ops.convert_to_tensor(summed.astype(np.float32)))
@@ -327,71 +227,13 @@ def first_or_fallback(use_first, first, fallback, *inputs):
                      _only_if(ops.logical_not(use_first), fallback, *inputs))
 
 
-# Under XLA, pair exponentials come from per-document factors where the lists fit them (measured
-# faster on CPU); False takes one exp per pair everywhere, to compare on another device.
-FACTORED_EXPONENTIALS = True
-# Per-pair exps on a GPU (JAX): there an exp per pair is cheap, and the factored path adds a loop
-# of 0 or 1 steps (`_only_if`), which XLA on a GPU drives from the host (the likely cost; not
-# profiled). On an H200, one exp per pair ran
-# ApproxNDCG, ApproxAP and RankNet 1.3×, 2.0× and 1.3× as fast at list 10 (batch 4096) and
-# 1.1–1.2× at 100, and 0.88–0.93× as fast at 1000 (docs/benchmarks.md, "GPU"); so lists of a
-# static size up to this take it there.
-PER_PAIR_EXPS_ON_GPU_UP_TO = 512
-
-
-# Per-pair σ exps in small batches on JAX's CPU. Beyond its two exps per document, the factored
-# path costs a fixed amount a step: the factors, the test whether every list fits them, and two
-# loops of 0 or 1 steps (`_only_if`) with the copies they make (ApproxAP's step at lists of 10,
-# batch 256, compiles to 38 fusions and 2 while loops, per pair to 30 fusions and none). Where a
-# batch holds few pairs, that costs more than the exps it saves. Interleaved A/B on JAX's CPU,
-# median CPU time a step, per pair against the factors (docs/benchmarks.md, "Fourth round"):
-# ApproxAP 1.15–1.32× less from 6,400 to 25,600 pairs a batch (lists of 8 and 10), the same at
-# 32,768 (1.02×), 0.84–0.94× from 36,864 and 0.80–0.82× at lists of 100 (batch 64); ApproxNDCG
-# within the noise (0.95–1.10×, identical settings differing by up to 8 %). So the σ sums of
-# batches of a static shape with at most this many pairs (B·L²) take one exp per pair on JAX's
-# CPU. RankNet's logistic sums keep the factors (per pair 0.60–0.95× at the same sizes), and so
-# does TensorFlow (not measured there).
-PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO = 2 ** 15
-
-
-def jax_platform():
-    """JAX's default backend ("cpu", "gpu", ...) where the code is traced for JAX, else None."""
-    if keras.backend.backend() != "jax":
-        return None
-    import jax
-
-    return jax.default_backend()
-
-
-def on_gpu():
-    """Whether the code is traced for JAX on a GPU."""
-    return jax_platform() == "gpu"
-
-
-def factored_exponentials_apply(values, sigmoid_sums=False):
-    """Whether pair exponentials of the `[B, L]` values come from per-document factors where the
-    lists fit them (FACTORED_EXPONENTIALS): on a GPU, only lists longer than
-    PER_PAIR_EXPS_ON_GPU_UP_TO; on JAX's CPU, for `sigmoid_sums`, only batches of more than
-    PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO pairs."""
-    batch_size, list_size = values.shape
-    if list_size is None:
-        per_pair = False
-    elif on_gpu():
-        per_pair = list_size <= PER_PAIR_EXPS_ON_GPU_UP_TO
-    else:
-        per_pair = (sigmoid_sums and batch_size is not None
-                    and batch_size * list_size ** 2 <= PER_PAIR_SIGMOID_EXPS_ON_CPU_UP_TO
-                    and jax_platform() == "cpu")
-    factored = FACTORED_EXPONENTIALS and not per_pair
-    record("exps", "factored where lists fit" if factored else "per pair")
-    return factored
-
-
-def _factored_or_per_pair(fits, by_factors, by_pairs, *inputs, sigmoid_sums=False):
+def _factored_or_per_pair(fits, by_factors, by_pairs, *inputs, sigmoid_sums=False,
+                          seldom_fit=False):
     """Returns `by_factors(*inputs)` where the bool scalar `fits` is True, else
-    `by_pairs(*inputs)` (`first_or_fallback`); always the latter where factored exponentials do
-    not apply to the first input's lists (`factored_exponentials_apply`)."""
-    if not factored_exponentials_apply(inputs[0], sigmoid_sums):
+    `by_pairs(*inputs)` (`first_or_fallback`); always the latter where the plan takes one exp per
+    pair for the first input's lists (`pair_plan.factored_exponentials`)."""
+    batch_size, list_size = inputs[0].shape
+    if not pair_plan.factored_exponentials(batch_size, list_size, sigmoid_sums, seldom_fit):
         return by_pairs(*inputs)
     return first_or_fallback(fits, by_factors, by_pairs, *inputs)
 
@@ -409,28 +251,21 @@ def _exponential_factors(values):
     return ops.all(top - bottom <= 2.0 * EXP_LIMIT), ops.exp(offset), ops.exp(-offset)
 
 
-# Separate passes (an XLA-on-CPU work-around, for JAX's XLA: jaxlib 0.10 does this, TensorFlow
-# 2.21's XLA does not). XLA hands every reduction over 4096 or more elements to YNNPACK, whose
-# fusions take float arithmetic and exp/log (no compare or select) and share no pair-shaped
-# operand with another fusion: whatever a fusion cannot take is first written out as a [B, L, L]
-# tensor. With the forward and backward passes of the σ sums broadcasting the same per-document
-# factors (which XLA then multiplies once, for both), ApproxNDCG's step wrote two (list 64) or
-# three (list 1000) such tensors. So the σ sums below take σ(v_j − v_k) = a_j / (a_j + a_k)
-# forward and σ' = u(1 − u), u = b_k / (b_j + b_k), backward (a = e^{v−c}, b = e^{c−v}), and
-# broadcast w forward, −w backward. A scalar constant is a shared operand too: XLA broadcasts it
-# to [B, L, L] once for every fusion that uses it, so "1 − u" or "1 / x" in two passes wrote a
-# tensor of ones (ApproxAP at list 1000: 148 → 347 lists/s without); on JAX the backward passes
-# below take no constant. `tests/test_ops.py` checks from the compiled HLO that no [B, L, L] tensor is
-# written under `jax.jit`. Short lists keep the constants: a tensor of ones that stays in cache
-# costs less than the quotient or exp more per pair (interleaved A/B on JAX, ApproxAP and
-# ApproxNDCG without against with: 0.9× and 0.9× at list 10, 0.75× and 0.9× at 32, 1.1× and 1.0×
-# at 64, 1.1× and 1.2× at 100, 2.2× and 1.05× at 1000), so lists of a static size up to
-# CONSTANT_FREE_ABOVE do. RankNet's
-# backward pass has its own plan ("Select last"). Remove this when XLA's CPU library fusions
-# take selects and shared operands.
-CONSTANT_FREE_ABOVE = 64
-
-
+# Separate passes (an XLA-on-CPU work-around, for JAX's XLA; TensorFlow's XLA does not need it).
+# JAX's XLA hands every large reduction to its CPU library (YNNPACK), whose fusions take float
+# arithmetic and exp/log (no compare or select) and share no pair-shaped operand with another
+# fusion: whatever a fusion cannot take is first written out as a [B, L, L] tensor. With the
+# forward and backward passes of the σ sums broadcasting the same per-document factors (which
+# XLA then multiplies once, for both), a step wrote two or three such tensors. So the σ sums below
+# take σ(v_j − v_k) = a_j / (a_j + a_k) forward and σ' = u(1 − u), u = b_k / (b_j + b_k),
+# backward (a = e^{v−c}, b = e^{c−v}), and broadcast w forward, −w backward. A scalar constant is
+# a shared operand too: XLA broadcasts it to [B, L, L] once for every fusion that uses it, so
+# "1 − u" or "1 / x" in two passes wrote a tensor of ones; on JAX the backward passes of lists
+# longer than the plan's `constant_free_above` take no constant (shorter ones keep it: a tensor
+# of ones that stays in cache costs less than a quotient or exp more per pair).
+# `tests/test_ops.py` checks from the compiled HLO that no [B, L, L] tensor is written under
+# `jax.jit`. RankNet's backward pass has its own plan ("Select last"). Remove this when XLA's CPU
+# library fusions take selects and shared operands.
 def _dense_sigmoid_sums(values, weights, factored=True):
     """Σ_j w_j σ(v_j − v_k) over the whole list and its gradient
     ∂/∂v_k = Σ_j σ'_kj·(w_k g_j − g_k w_j), σ' = σ(1 − σ) symmetric in (k, j).
@@ -445,11 +280,10 @@ def _dense_sigmoid_sums(values, weights, factored=True):
     passes" says why two factor sets). Wider batches take one exp per pair as well (`_only_if`);
     with `factored=False`, every batch does, without that test. The backward pass rebuilds the
     pairs instead of keeping a [B, L, L] tensor; per pair it takes σ' as p·σ² (p capped at 1e30,
-    where σ' < 1e-30). On JAX, above CONSTANT_FREE_ABOVE, it takes no constant ("Separate
-    passes"): σ' = u·(1 − u)
-    from two quotients, and per pair 1 / (r + 1/r)², r = e^{(v_j − v_k)/2} and 1/r each from an
-    exp (σ' rounds to 0 where either overflows); under TensorFlow's XLA these ran 0.8× as fast.
-    Both ways σ' is accurate where σ is near 0 and near 1.
+    where σ' < 1e-30). Where the plan says so (`pair_plan.sigmoid_gradient_without_constants`,
+    on JAX), it takes no constant ("Separate passes"): σ' = u·(1 − u) from two quotients, and per
+    pair 1 / (r + 1/r)², r = e^{(v_j − v_k)/2} and 1/r each from an exp (σ' rounds to 0 where
+    either overflows). Both ways σ' is accurate where σ is near 0 and near 1.
     """
     if not xla_path("sigmoid sums"):
         sigmoid = ops.sigmoid(_differences(values, values))
@@ -472,10 +306,7 @@ def _dense_sigmoid_sums(values, weights, factored=True):
         return ops.sum(ops.expand_dims(weights, 1) / (1.0 + ops.exp(-_differences(values, values))),
                        axis=-1)
 
-    list_size = values.shape[1]
-    without_constants = keras.backend.backend() == "jax" and (  # ("Separate passes")
-        list_size is None or list_size > CONSTANT_FREE_ABOVE)
-    record("sigmoid gradient", "no constants" if without_constants else "σ(1 − σ)")
+    without_constants = pair_plan.sigmoid_gradient_without_constants(values.shape[1])
 
     def pulled_back_by_factors(values, weights, upstream):  # σ' = u(1 − u), u = b_k / (b_j + b_k)
         del values  # the factors hold them
@@ -499,11 +330,8 @@ def _dense_sigmoid_sums(values, weights, factored=True):
         return ops.sum(ratio * sigmoid * sigmoid * _pair_upstream(weights, upstream), axis=-1)
 
     def either(by_factors, by_pairs, *inputs):
-        if not factored:
-            record("exps", "per pair")
-            return by_pairs(fixed, *inputs)
         return _factored_or_per_pair(fits, by_factors, by_pairs, fixed, *inputs,
-                                     sigmoid_sums=True)
+                                     sigmoid_sums=True, seldom_fit=not factored)
 
     return (either(sums_by_factors, sums_by_pairs, weights),
             lambda upstream: either(pulled_back_by_factors, pulled_back_by_pairs, weights,
@@ -525,12 +353,19 @@ def sigmoid_pair_sums(values, weights=None, pairwise="auto", factored=True):
     (`_dense_sigmoid_sums`); `factored=False` skips the first for values that seldom fit, such
     as β·positions. Summed in blocks of columns with a recomputing backward pass for long lists
     (`pairwise`, see PAIRWISE_MODES); padded block columns hold v = −inf, where σ and σ' are
-    exactly 0.
+    exactly 0. Its reference is `reference_sigmoid_pair_sums`.
     """
     weights = ops.ones_like(values) if weights is None else weights
     return _pair_sums(_weighted_sigmoid_sums, _weighted_sigmoid_sum_gradients,
                       lambda values, weights: _dense_sigmoid_sums(values, weights, factored),
                       values, (weights,), (float("-inf"), 0.0), pairwise)
+
+
+def reference_sigmoid_pair_sums(values, weights=None):
+    """`sigmoid_pair_sums` as its formula: σ of every difference, summed, differentiated by
+    autodiff (`[B, L, L]` pairs, no custom gradient): the reference of the variants."""
+    weights = ops.stop_gradient(ops.ones_like(values) if weights is None else weights)
+    return _weighted_sigmoid_sums(values, weights, values, weights)
 
 
 def _logistic_sums(scores, ranked, column_scores, column_ranked):
@@ -568,17 +403,18 @@ def _dense_logistic_sums(scores, ranked):
     the pairs of row k. Not compiled by XLA, each op is a pass over the pairs, σ is one sigmoid
     kernel, kept for the backward pass (a matmul, or products in short lists: `_column_sums`),
     and the values are softplus — or, in short lists (`elementwise_sums_apply`), where
-    TensorFlow's softplus kernel was a third of RankNet's step at list 10, max(d, 0) − ln σ(|d|)
-    with σ(|d|) taken from the kept σ and one log per row, of the product of its pairs' σ(|d|):
-    RankNet 1.17–1.23× faster there. A row's value then adds at most about L·2^-23 of absolute
+    TensorFlow's softplus kernel is a large share of the step, max(d, 0) − ln σ(|d|) with σ(|d|)
+    taken from the kept σ and one log per row, of the product of its pairs' σ(|d|). A row's
+    value then adds at most about L·2^-23 of absolute
     error to what the sum of softplus makes (so a row of only tiny terms, pairs ordered by wide
     margins, may come out 0 instead of 1e-9), and its gradient is as exact as before.
 
     Compiled by XLA (JAX; TensorFlow with jit_compile), where the passes fuse and
     transcendental functions are the cost: with d = s_j − s_k and e = e^{−|d|} ≤ 1,
-    ln(1 + e^d) = max(d, 0) + ln(1 + e), and one log serves LOG_CHUNK columns of a row,
+    ln(1 + e^d) = max(d, 0) + ln(1 + e), and one log serves the plan's `log_chunk` columns of
+    a row,
     Σ ln(1 + e) = ln Π(1 + e), the product kept as 1 + E with E ← a + b(1 + a), which holds
-    small e to a few ulps and stays below 2^LOG_CHUNK. e = min(e^d, e^{−d}) is a product of
+    small e to a few ulps and stays below 2^log_chunk. e = min(e^d, e^{−d}) is a product of
     per-document factors (`_exponential_factors`) when every list spans at most 2·EXP_LIMIT,
     else one exp per pair (`_only_if`). The backward pass rebuilds p = e^d the same way and
     takes σ(d) = p·q and 1 − σ(d) = q = 1/(1 + p) (p capped at 1e30, where σ rounds to 1),
@@ -607,7 +443,8 @@ def _dense_logistic_sums(scores, ranked):
 
     fixed = ops.stop_gradient(scores)
     fits, above, below = _exponential_factors(fixed)
-    chunked = _in_log_chunks(ops.stack([above, below], axis=-1), 1.0)
+    chunk = pair_plan.active().log_chunk
+    chunked = _in_log_chunks(ops.stack([above, below], axis=-1), 1.0, chunk)
 
     def smalls_by_factors(difference):
         del difference  # the factors hold it
@@ -618,11 +455,11 @@ def _dense_logistic_sums(scores, ranked):
         return ops.exp(-ops.abs(difference))
 
     def sums(smalls, scores, ranked):  # pairs [b, c, m, k]: column j = (c, m), row k last
-        difference = _in_log_chunks(scores, 0.0) - ops.expand_dims(scores, (1, 2))
-        higher = ops.expand_dims(ranked, (1, 2)) > _in_log_chunks(ranked, float("nan"))
+        difference = _in_log_chunks(scores, 0.0, chunk) - ops.expand_dims(scores, (1, 2))
+        higher = ops.expand_dims(ranked, (1, 2)) > _in_log_chunks(ranked, float("nan"), chunk)
         small = ops.where(higher, smalls(difference), 0.0)
         rise = ops.where(higher, ops.maximum(difference, 0.0), 0.0)
-        width = LOG_CHUNK
+        width = chunk
         while width > 1:  # (1 + a)(1 + b) = 1 + (a + b(1 + a))
             width //= 2
             small = small[:, :, :width] + small[:, :, width:] * (1.0 + small[:, :, :width])
@@ -636,7 +473,7 @@ def _dense_logistic_sums(scores, ranked):
     def ratios_by_pairs(scores):
         return ops.exp(_differences(scores, scores))
 
-    select_last = select_last_applies()
+    select_last = pair_plan.logistic_gradient_select_last()
 
     def gradient(ratios, scores, ranked, upstream):
         ratio = ops.minimum(ratios(scores), 1e30)  # e^{s_j − s_k}
@@ -658,42 +495,24 @@ def _dense_logistic_sums(scores, ranked):
 
 
 # Select last (JAX's XLA on CPU; "Separate passes" says what its library fusions take). A
-# reduction whose operand ends in arithmetic is handed to YNNPACK together with that arithmetic,
-# which it appears to evaluate op by op over tiles of the pairs (fewer quotients made the pass no
-# faster, fewer ops did);
-# any select before it is first written out as a [B, L, L] tensor. RankNet's backward pass masks
-# its pulls once more, by a select after the quotient, so that YNNPACK takes the reduction alone
-# and XLA's loop emitter computes each pair's pull in registers and writes it once: the plan
-# TensorFlow 2.21's XLA takes for the same pass unasked (its YNNPACK fusions take additions
-# only). On JAX, interleaved A/B against the arithmetically gated pass this replaces (no tensor
-# written, a dozen ops per pair inside YNNPACK): CPU time per step 1.3–1.4× lower at list 1000,
-# 1.5× at 300, and against the where-masked pass (masks and pulls written) 1.8–1.9× lower at
-# lists 100 and 150, the same at 10. TensorFlow's XLA already compiles this plan without the
-# select (not measured with it), so only JAX takes it. Remove this when XLA's CPU library fusions
-# take selects.
+# reduction whose operand ends in arithmetic is handed to the CPU library together with that
+# arithmetic, which it evaluates op by op over tiles of the pairs; any select before it is first
+# written out as a [B, L, L] tensor. RankNet's backward pass masks its pulls once more, by a
+# select after the quotient, so that the library takes the reduction alone and XLA's loop
+# emitter computes each pair's pull in registers and writes it once: the plan TensorFlow's XLA
+# takes for the same pass unasked, so only JAX takes it (`pair_plan.logistic_gradient_select_last`).
+# Remove this when XLA's CPU library fusions take selects.
 
 
-def select_last_applies():
-    """Whether RankNet's backward pass masks its pulls by a last select ("Select last")."""
-    select_last = keras.backend.backend() == "jax"
-    record("logistic gradient", "select last" if select_last else "where-masked")
-    return select_last
-
-
-# Log chunks (XLA on CPU): one log per LOG_CHUNK pairs in `_dense_logistic_sums`; RankNet at list
-# 1000 ran 3.92× TF-Ranking with it, 1.80× with one log per pair.
-LOG_CHUNK = 8
-
-
-def _in_log_chunks(columns, fill):
-    """Returns `[B, L, ...]` columns as `[B, ⌈L/LOG_CHUNK⌉, LOG_CHUNK, 1, ...]` (chunk c holds
-    columns c·LOG_CHUNK, c·LOG_CHUNK + 1, …), padded with `fill`. Pairs laid out as
-    [b, c, m, k], rows k last, vectorise over the rows under XLA, whatever the list size."""
+def _in_log_chunks(columns, fill, chunk):
+    """Returns `[B, L, ...]` columns as `[B, ⌈L/chunk⌉, chunk, 1, ...]` (chunk c holds
+    columns c·chunk, c·chunk + 1, …), padded with `fill`. Pairs laid out as [b, c, m, k], rows k
+    last, vectorise over the rows under XLA, whatever the list size."""
     shape = ops.shape(columns)
-    chunks = (shape[1] + LOG_CHUNK - 1) // LOG_CHUNK
-    padding = [(0, 0), (0, chunks * LOG_CHUNK - shape[1])] + [(0, 0)] * (len(shape) - 2)
+    chunks = (shape[1] + chunk - 1) // chunk
+    padding = [(0, 0), (0, chunks * chunk - shape[1])] + [(0, 0)] * (len(shape) - 2)
     padded = ops.pad(columns, padding, constant_values=fill)
-    return ops.expand_dims(ops.reshape(padded, (shape[0], chunks, LOG_CHUNK, *shape[2:])), 3)
+    return ops.expand_dims(ops.reshape(padded, (shape[0], chunks, chunk, *shape[2:])), 3)
 
 
 def logistic_pair_sums(scores, labels, mask, pairwise="auto"):
@@ -702,16 +521,25 @@ def logistic_pair_sums(scores, labels, mask, pairwise="auto"):
 
     Summed in blocks of columns with a recomputing backward pass for long lists (`pairwise`).
     A padded document's label is NaN inside, so it is in no pair (no comparison with NaN holds).
+    Its reference is `reference_logistic_pair_sums`.
     """
     ranked = ops.where(mask, labels, float("nan"))
     return _pair_sums(_logistic_sums, _logistic_sum_gradients, _dense_logistic_sums, scores,
                       (ranked,), (0.0, float("nan")), pairwise)
 
 
+def reference_logistic_pair_sums(scores, labels, mask):
+    """`logistic_pair_sums` as its formula: softplus of every difference of a pair, summed,
+    differentiated by autodiff (`[B, L, L]` pairs, no custom gradient): the reference of the
+    variants."""
+    ranked = ops.stop_gradient(ops.where(mask, labels, float("nan")))
+    return _logistic_sums(scores, ranked, scores, ranked)
+
+
 def higher_counts(values, pairwise="auto"):
-    """Returns #{real j: v_j > v_k} for each k, float `[B, L]` (padded slots hold −inf), dense or
-    in blocks of columns as `pairwise` says, so a long list never holds its `[L, L]` comparisons
-    at once."""
+    """Returns #{real j: v_j > v_k} for each k, float `[B, L]` (padded slots hold −inf), dense (the
+    reference) or in blocks of columns as `pairwise` says, so a long list never holds its
+    `[L, L]` comparisons at once."""
     def higher_in(columns):
         higher = ops.greater(ops.expand_dims(columns, 1), ops.expand_dims(values, 2))
         return ops.sum(ops.cast(higher, COMPUTE_DTYPE), axis=-1)
@@ -719,7 +547,8 @@ def higher_counts(values, pairwise="auto"):
     return _dense_or_blocked(
         pairwise, values, lambda: higher_in(values),
         lambda: _sum_over_column_blocks(lambda columns: higher_in(columns[0]),
-                                        (values,), (float("-inf"),)))
+                                        (values,), (float("-inf"),),
+                                        pair_plan.active().pair_block))
 
 
 def concordant_counts(labels, scores, pairwise="auto"):
@@ -734,28 +563,17 @@ def concordant_counts(labels, scores, pairwise="auto"):
     return _dense_or_blocked(
         pairwise, labels, lambda: concordant_in(labels, scores),
         lambda: _sum_over_column_blocks(lambda columns: concordant_in(*columns),
-                                        (labels, scores), (float("-inf"), 0.0)))
+                                        (labels, scores), (float("-inf"), 0.0),
+                                        pair_plan.active().pair_block))
 
 
-# Counted orders. XLA's sort is slow on CPU: under XLA, lists of up to this static size are
-# ordered by O(L²) comparisons instead (0 always sorts). Measured on CPU only (module docstring);
-# on a device with a fast sort, check it with `benchmarks/losses.py --counted-order-up-to 0`.
-COUNTED_ORDER_UP_TO = 128
-
-
-def counted_order_applies(values):
-    """Whether `values` [B, L] are ordered by counting (`descending_positions_by_counting`)."""
-    counted = (values.shape[1] is not None and xla_path("counted order")
-               and values.shape[1] <= COUNTED_ORDER_UP_TO)
-    record("order", "counted" if counted else "sorted")
-    return counted
-
-
+# Counted orders. XLA's sort is slow on CPU: under XLA, short lists of a static size are ordered
+# by O(L²) comparisons instead (`pair_plan.order`). The reference is a stable sort
+# (`tfapprox.ops.descending_order`).
 def descending_positions_by_counting(values):
     """Returns the int32 0-based positions a stable descending sort gives each entry, in O(L²)
     comparisons: #{y: v_y > v_x, or v_y = v_x and y before x}; NaN counts as −inf, so the
-    positions are a permutation. Under XLA on CPU, ListMLE's forward+backward ran 1.2× (list 10)
-    and 1.5× (list 100) faster with this than with its sort, and 0.4× at list 1000."""
+    positions are a permutation."""
     values = ops.where(ops.isnan(values), float("-inf"), values)
     index = ops.arange(ops.shape(values)[1])
     value_k, value_j = ops.expand_dims(values, 2), ops.expand_dims(values, 1)  # [b, k, j]
@@ -772,25 +590,10 @@ def descending_order_by_counting(values):
     return ops.sum(ops.where(placed, ops.reshape(index, (1, 1, -1)), 0), axis=-1)
 
 
-# Sorting networks. XLA's CPU sort calls a comparator per comparison: 8 lists of 1000 took
-# 1.1 ms, where a bitonic network of vectorised compare-exchanges took 0.2 ms. Under XLA, lists
-# of a static size up to this whose sort keys are small non-negative integers (ListMLE's) go
-# through the network, ahead of counting (ListMLE at list 100: 100k lists/s, counted 67k, sorted
-# 64k; at 10 all three within 7 %); 0 never. Measured on CPU only; on a device with a fast sort,
-# check it with `benchmarks/losses.py --network-order-up-to 0`.
-NETWORK_ORDER_UP_TO = 2 ** 14
-
-
-def network_order_applies(values):
-    """Whether integer codes `[B, L]` are ordered by `descending_order_by_network`."""
-    list_size = values.shape[1]
-    applies = (list_size is not None and xla_path("network order")
-               and list_size <= NETWORK_ORDER_UP_TO)
-    if applies:
-        record("order", "network")
-    return applies
-
-
+# Sorting networks. XLA's CPU sort calls a comparator per comparison; a bitonic network of
+# vectorised compare-exchanges over the whole batch is faster. Under XLA, lists of a static size
+# whose sort keys are small non-negative integers (ListMLE's) go through the network, ahead of
+# counting (`pair_plan.order`).
 def _network_size(list_size):
     """Returns n, the power of two ≥ `list_size` (and ≥ 2) the network sorts."""
     return 2 ** max(list_size - 1, 1).bit_length()

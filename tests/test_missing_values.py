@@ -84,12 +84,11 @@ def test_convert_counts_missing_values_and_the_records_carry_them(tmp_path, caps
            "1:2, 2:2, 3:3, 4:3" in printed
     spec = json.loads((tmp_path / "out" / "spec.json").read_text())
     assert spec["missing_values"] == [2, 2, 3, 3]
-    for source in (tmp_path / "out", path):
-        inputs, labels = next(iter(ranking_dataset(str(source), 2, 3, shuffle=False)))
-        features, mask = inputs["features"].numpy(), inputs["mask"].numpy()
-        assert mask[:, :2].all() and not mask[:, 2].any()
-        np.testing.assert_array_equal(features[:, :2], np.stack(expected_features()))
-        np.testing.assert_array_equal(features[:, 2], 0.0)
+    inputs, labels = next(iter(ranking_dataset(str(tmp_path / "out"), 2, 3, shuffle=False)))
+    features, mask = inputs["features"].numpy(), inputs["mask"].numpy()
+    assert mask[:, :2].all() and not mask[:, 2].any()
+    np.testing.assert_array_equal(features[:, :2], np.stack(expected_features()))
+    np.testing.assert_array_equal(features[:, 2], 0.0)
 
 
 def batches_with_missing(seed=0, batch=3):

@@ -182,13 +182,18 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
     unreadable = {}  # one line per file, though several tables read it
     parts = [_header(data_sets, cache, folds, seeds, epochs)]
     mixed = {}  # set name -> (rows of the candidate studies, the ensembles' rows, the GBDT)
-    summary = {}  # set name -> rows by study
+    summary = {}  # set name -> (rows by study, the folds its tables are over)
     for data in data_sets:
         parts.append(f"\n## {data.name}\n")
-        rows = {name: [Selected(s, data.name, cache, folds, seeds, epochs, unreadable.setdefault,
-                                (data_keys or {}).get(data.name))
-                       for s in settings] for name, settings in studies.items()}
+        keys = (data_keys or {}).get(data.name)
+        rows = _rows(studies, data, cache, folds, seeds, epochs, unreadable.setdefault, keys)
         shown = {name: rows[name] for name in studies if name in selected}
+        folds_here = _folds_run(shown, folds) or folds
+        if folds_here != folds:  # a set still running: its tables over the folds it has run
+            rows = _rows(studies, data, cache, folds_here, seeds, epochs, unreadable.setdefault,
+                         keys)
+            shown = {name: rows[name] for name in studies if name in selected}
+            parts.append(_partial(data, shown, folds_here, folds))
         idle = [name for name, study in shown.items() if not any(r.by_fold_seed for r in study)]
         if idle and len(idle) < len(shown):  # a set that ran some studies only: the rest in a line
             ran = [name for name in shown if name not in idle]
@@ -197,39 +202,39 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
                          f"benchmarks.experiments run --study {' '.join(idle)} {data.flags()}`).\n")
             shown = {name: study for name, study in shown.items() if name not in idle}
         if "chen" in shown:
-            parts.append(_chen(rows["chen"], data, folds))
+            parts.append(_chen(rows["chen"], data, folds_here))
         if "qin" in shown:
-            parts.append(_qin(rows["qin"], data, folds))
+            parts.append(_qin(rows["qin"], data, folds_here))
         if "yilmaz" in shown:
-            parts.append(_yilmaz(rows["yilmaz"], data, folds))
+            parts.append(_yilmaz(rows["yilmaz"], data, folds_here))
         if "bruch_alpha" in shown or "bruch_depth" in shown:
-            parts.append(_bruch(rows["bruch_alpha"], rows["bruch_depth"], data, folds, out))
+            parts.append(_bruch(rows["bruch_alpha"], rows["bruch_depth"], data, folds_here, out))
         if "direct" in shown:
-            parts.append(_direct(rows["direct"], rows["chen"], data, folds))
+            parts.append(_direct(rows["direct"], rows["chen"], data, folds_here))
         if "lightgbm" in shown:
-            parts.append(_lightgbm(shown, data, folds))
+            parts.append(_lightgbm(shown, data, folds_here))
         if {"gbdt", *DASALC_TABLE, "dasalc_tuned"} & shown.keys():
             parts.append(_gbdt_and_dasalc(
                 rows["gbdt"], [r for name in DASALC_TABLE if name in shown for r in rows[name]
                                if r.by_fold_seed],
                 shown.get("dasalc_tuned", []), [r for study in rows.values() for r in study],
-                data, folds))
+                data, folds_here))
         if "recommended" in shown:
-            parts.append(_recommended(rows["recommended"], rows["gbdt"], data, folds))
-        summary[data.name] = rows
+            parts.append(_recommended(rows["recommended"], rows["gbdt"], data, folds_here))
+        summary[data.name] = rows, folds_here
         if "losses" in shown:
-            parts.append(_losses(rows["losses"], rows["gbdt"], data, folds))
-        if "mixed_ensemble" in shown:
+            parts.append(_losses(rows["losses"], rows["gbdt"], data, folds_here))
+        if "mixed_ensemble" in shown and folds_here == folds:
             mixed[data.name] = (rows, rows["mixed_ensemble"],
-                                _gbdt_reference(rows["gbdt"], folds))
+                                _gbdt_reference(rows["gbdt"], folds_here))
         if "precision" in shown:
-            parts.append(_precision(rows["precision"], data, folds))
+            parts.append(_precision(rows["precision"], data, folds_here))
         convention = [r for name in ("chen", "lightgbm") for r in shown.get(name, [])]
         if _some_query_without_relevant(convention):
-            parts.append(_letor_convention(convention, data, folds))
+            parts.append(_letor_convention(convention, data, folds_here))
         if "bruch_alpha" in shown:
             at_10 = [r for r in rows["bruch_alpha"] if dict(r.setting.params)["alpha"] == 10.0]
-            parts.append(_tightness(at_10[0], data, folds, out))
+            parts.append(_tightness(at_10[0], data, folds_here, out))
     if mixed:
         parts.append(_mixed_ensemble([ENSEMBLES_BY_NAME[s.loss] for s in studies["mixed_ensemble"]],
                                      mixed, folds))
@@ -239,6 +244,28 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
     path = out / "results.md"
     path.write_text("\n".join(parts) + "\n")
     return path
+
+
+def _rows(studies, data, cache, folds, seeds, epochs, say, data_keys):
+    """Returns {study: its `Selected` rows} on the set `data`."""
+    return {name: [Selected(s, data.name, cache, folds, seeds, epochs, say, data_keys)
+                   for s in settings] for name, settings in studies.items()}
+
+
+def _partial(data, shown, run, folds):
+    """Says that `data`'s tables are over the folds `run` only, and how to resume the rest (the
+    studies all of whose settings have runs)."""
+    studies = " ".join(name for name, rows in shown.items() if all(r.by_fold_seed for r in rows))
+    return (f"**Partial**: the runs on {data.name} so far cover fold{'s' * (len(run) > 1)} "
+            f"{', '.join(map(str, run))} of {', '.join(map(str, folds))}, so its tables are "
+            f"over {'those' if len(run) > 1 else 'that fold'} only; `python -m "
+            f"benchmarks.experiments run --study {studies} {data.flags()}` resumes them.\n")
+
+
+def _folds_run(shown, folds):
+    """Returns the folds on which every row of `shown` ({study: rows}) that has runs has one."""
+    ran = [r for study in shown.values() for r in study if r.by_fold_seed]
+    return [f for f in folds if all(any(fold == f for fold, _ in r.by_fold_seed) for r in ran)]
 
 
 def _some_query_without_relevant(rows) -> bool:
@@ -873,27 +900,31 @@ FAMILIES = (("linear", lambda s: s.model == "linear"),
 def _summary(by_set, folds):
     """The summary: per set, in test NDCG@10, the best setting of each family chosen on
     validation among those run on every fold and seed, each tuned GBDT and the recommended
-    recipe, each against the reference (the GBDT best on validation). `by_set`: {set: rows by
-    study}."""
+    recipe, each against the reference (the GBDT best on validation). `by_set`: {set: (rows by
+    study, the folds its tables are over: `folds` unless the set is still running)}."""
     recommended = ENSEMBLES_BY_NAME[RECOMMENDED].setting()
     table = {f"best {family}": {} for family, _ in FAMILIES}  # row name -> {set: cell}
     chosen = {}  # set -> [family: label]
-    for name, rows in by_set.items():
+    partial = []
+    for name, (rows, here) in by_set.items():
+        if here != folds:
+            partial.append(f"{name}: fold{'s' * (len(here) > 1)} {', '.join(map(str, here))} "
+                           f"only, the runs so far (partial; see its section)")
         every = list({r.setting: r for study in rows.values() for r in study}.values())
-        reference = _gbdt_reference(rows.get("gbdt", []), folds)
+        reference = _gbdt_reference(rows.get("gbdt", []), here)
         complete = [r for r in every if r.by_fold_seed and len(r.by_fold_seed) == r.planned]
         picked = []
         for family, member in FAMILIES:
             candidates = [r for r in complete if r.setting.model not in GBDTS
                           and member(r.setting)]
             if candidates:
-                best = max(candidates, key=lambda r: r.validation_mean(folds))
+                best = max(candidates, key=lambda r: r.validation_mean(here))
                 picked.append((f"best {family}", best))
                 chosen.setdefault(name, []).append(f"{family}: {best.setting.label()}")
         picked += [(f"{r.setting.model} (tuned)", r) for r in rows.get("gbdt", [])]
         picked += [("recommended recipe", r) for r in every if r.setting == recommended]
         for row_name, row in picked:
-            table.setdefault(row_name, {})[name] = _summary_cell(row, reference, folds)
+            table.setdefault(row_name, {})[name] = _summary_cell(row, reference, here)
     sets = list(by_set)
     lines = ["## Summary\n",
              f"Test NDCG@10 (mean over folds, mean over seeds) and, in brackets, the paired "
@@ -905,18 +936,25 @@ def _summary(by_set, folds):
     lines += [f"| {row_name} | " + " | ".join(cells.get(s, "—") for s in sets) + " |"
               for row_name, cells in table.items() if cells]
     lines += [""] + [f"- {name}: " + "; ".join(labels) + "." for name, labels in chosen.items()]
+    lines += [f"- {line}." for line in partial]
     return "\n".join(lines) + "\n"
 
 
 def _summary_cell(row, reference, folds):
+    """`row`'s test NDCG@10 and its paired difference from `reference`, with how many of its
+    runs are in the cache where not all are."""
     runs = len(row.by_fold_seed)
-    if runs < row.planned:
-        return f"partial ({runs} of {row.planned} runs)" if runs else "not run"
-    mean = row.cell(folds, "ndcg@10")[0]
-    if row is reference or reference is None:
-        return f"{mean:.4f}" + (" (reference)" if row is reference else "")
-    diff, p, _ = paired(row, reference, folds, "ndcg@10")
-    return f"{mean:.4f} ({diff:+.4f}, p = {p:.3f})"
+    count = f"{runs} of {row.planned} runs" if runs < row.planned else ""
+    cell = row.cell(folds, "ndcg@10")
+    if cell is None:
+        return f"partial ({count})" if runs else "not run"
+    text = f"{cell[0]:.4f}"
+    if row is reference:
+        text += " (reference)"
+    elif reference is not None:
+        diff, p, _ = paired(row, reference, folds, "ndcg@10")
+        text += f" ({diff:+.4f}, p = {p:.3f})"
+    return text + (f", {count}" if count else "")
 
 
 def _recommended(rows, gbdts, data, folds):

@@ -285,6 +285,27 @@ def test_the_report_of_every_study_writes_every_table_and_plot(tmp_path):
     assert len(plots) == 3 and all((tmp_path / "out" / plot).is_file() for plot in plots)
 
 
+def test_a_set_still_running_is_reported_over_the_folds_it_has_run(tmp_path):
+    """MQ2008_AGG with the recommended recipe and the GBDTs run on Fold1 only (of Folds 1-2):
+    its tables are over Fold1, said so with the command that resumes the rest."""
+    from test_results_cache import synthetic_cache
+
+    synthetic_cache(tmp_path / "cache", "MQ2008_AGG", names=["gbdt", "recommended"], folds=[1],
+                    seeds=[0, 1])
+    assert experiments.main(["report", "--dataset", "MQ2008_AGG", "--folds", "1", "2", "--seeds",
+                             "0", "1", "--cache", str(tmp_path / "cache"),
+                             "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "results.md").read_text()
+    assert ("**Partial**: the runs on MQ2008_AGG so far cover fold 1 of 1, 2, so its tables are "
+            "over that fold only; `python -m benchmarks.experiments run --study gbdt "
+            "list_standardized recommended --dataset MQ2008_AGG` resumes them.") in text
+    section = text.split("### The recommended recipe against the tuned GBDTs")[1]
+    assert "not run" not in section and "**On MQ2008_AGG, in test NDCG@10, the recipe**" in section
+    assert re.search(r"\| recommended recipe \| \d\.\d{4} \([+-]\d\.\d{4}, p = \d\.\d{3}\) \|",
+                     text)  # over the folds run, all of whose runs are in
+    assert "- MQ2008_AGG: fold 1 only, the runs so far (partial; see its section)." in text
+
+
 def test_one_real_run_of_each_kind_is_cached_and_read_by_the_report(tmp_path):
     """Each kind of run the runner executes differently, trained for real on a tiny fold (the
     ensembles' runs: the tests of ensembles below): a neural run (its history plotted), AdaRank,

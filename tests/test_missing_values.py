@@ -203,7 +203,7 @@ def test_the_trainer_turns_missing_handling_on_for_data_with_missing_values(tmp_
     (tmp_path / "agg.txt").write_text(TEXT * 3)
     (tmp_path / "full.txt").write_text(TEXT.replace("NULL", "1").replace("nan", "2")
                                        .replace("NaN", "3").replace("NAN", "4").replace("null", "5"))
-    for train, chosen, want in (("agg", None, True), ("agg", False, False), ("full", None, None)):
+    for train, chosen, want in (("agg", None, True), ("agg", True, True), ("full", None, None)):
         config = trainer_config.load("demo", {
             "data.train": [str(tmp_path / f"{train}.txt")], "data.vali": [str(tmp_path / "agg.txt")],
             "data.cache_dir": str(tmp_path / "cache"), "model.preset": "linear",
@@ -215,3 +215,32 @@ def test_the_trainer_turns_missing_handling_on_for_data_with_missing_values(tmp_
         built = build.build(config, splits.num_features, distribute.make("default"),
                             with_training_model=False)
         assert built.eval_model.handles_missing is bool(want)
+
+
+@pytest.mark.parametrize("setting, refusal", [
+    ({"model.handles_missing": False}, "model.handles_missing to false"),
+    ({"model.kind": "adarank"}, "AdaRank's weak rankers"),
+])
+def test_the_trainer_refuses_missing_values_a_model_cannot_take(tmp_path, setting, refusal):
+    """A config that turns missing handling off, or AdaRank (single-feature weak rankers), on
+    training data with missing values: one ValueError naming why, before anything is built."""
+    from trainer import build, config as trainer_config, data
+
+    (tmp_path / "agg.txt").write_text(TEXT * 3)
+    config = trainer_config.load("demo", {
+        "data.train": [str(tmp_path / "agg.txt")], "data.vali": [str(tmp_path / "agg.txt")],
+        "data.cache_dir": str(tmp_path / "cache"), "model.preset": "linear", **setting})
+    splits = data.resolve(config.data, print_fn=lambda _: None)
+    with pytest.raises(ValueError, match=refusal):
+        build.with_missing_values(config, splits, lambda _: None)
+
+
+def test_an_ensemble_handles_missing_values_when_every_member_does():
+    """ScoreEnsemble.handles_missing (read by the export's NaN check): all members' flags."""
+    from tfapprox.ensemble import ScoreEnsemble
+
+    def member(handles):
+        return models.build_scorer("linear", handles_missing=handles)
+
+    assert ScoreEnsemble([member(True), member(True)]).handles_missing
+    assert not ScoreEnsemble([member(True), member(False)]).handles_missing

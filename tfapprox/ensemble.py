@@ -59,6 +59,11 @@ class ScoreEnsemble(keras.Model):
                                       trainable=False, name="scales", autocast=False)
         self.built = all(member.built for member in members)  # trained members: nothing to build
 
+    @property
+    def handles_missing(self) -> bool:
+        """Whether NaN features are missing values to it: they are when they are to every member."""
+        return all(getattr(member, "handles_missing", False) for member in self.members)
+
     def build(self, input_shape):
         for member in self.members:
             if not member.built:

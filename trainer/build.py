@@ -123,8 +123,14 @@ def scorer_kwargs(config: Config) -> dict[str, Any]:
 def with_missing_values(config: Config, splits: data.Splits, say: Printer) -> Config:
     """Returns `config` with `model.handles_missing` set to whether the training data holds
     missing values, where the config leaves it open (None); the run's config.json keeps it."""
-    if config.model.handles_missing is not None or not splits.missing_values:
+    if not splits.missing_values or config.model.handles_missing:
         return config
+    if config.model.kind == "adarank":
+        raise ValueError("the training data holds missing values (NaN), and AdaRank's weak rankers "
+                         "(single features) take none: fill them in, or train a neural model")
+    if config.model.handles_missing is False:
+        raise ValueError("the training data holds missing values (NaN), and the config sets "
+                         "model.handles_missing to false: remove it, or set it to true")
     say("The training data holds missing values (NaN): the scorer learns a fill value and a "
         "missing indicator per feature (model.handles_missing)")
     return dataclasses.replace(

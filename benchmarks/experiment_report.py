@@ -19,7 +19,7 @@ import numpy as np
 from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC
 from benchmarks.experiment_studies import (ENSEMBLES_BY_NAME, LIST_STANDARDIZE, RECOMMENDED,
                                            LOSS_STUDY_REFERENCE, SEED_CHALLENGERS, SEED_LOSSES,
-                                           YILMAZ_MEASURES, runs_of)
+                                           TABLES, YILMAZ_MEASURES, runs_of)
 from benchmarks.results_cache import read_cached
 
 # The studies whose rows the table of DASALC against the GBDTs shows, in its order (after the
@@ -209,16 +209,18 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             parts.append(_yilmaz(rows["yilmaz"], data, folds_here))
         if "bruch_alpha" in shown or "bruch_depth" in shown:
             parts.append(_bruch(rows["bruch_alpha"], rows["bruch_depth"], data, folds_here, out))
-        if "direct" in shown:
-            parts.append(_direct(rows["direct"], rows["chen"], data, folds_here))
+        every_row = [r for study in rows.values() for r in study]
+        for name in (name for name in TABLES if name in shown):
+            parts.append(declared(name, rows[name], every_row, data, folds_here))
+            if name == "direct":
+                parts.append(_direct_published(rows[name], data, folds_here))
         if "lightgbm" in shown:
             parts.append(_lightgbm(shown, data, folds_here))
         if {"gbdt", *DASALC_TABLE, "dasalc_tuned"} & shown.keys():
             parts.append(_gbdt_and_dasalc(
                 rows["gbdt"], [r for name in DASALC_TABLE if name in shown for r in rows[name]
                                if r.by_fold_seed],
-                shown.get("dasalc_tuned", []), [r for study in rows.values() for r in study],
-                data, folds_here))
+                shown.get("dasalc_tuned", []), every_row, data, folds_here))
         if "recommended" in shown:
             parts.append(_recommended(rows["recommended"], rows["gbdt"], data, folds_here))
         summary[data.name] = rows, folds_here
@@ -227,8 +229,6 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
         if "mixed_ensemble" in shown and folds_here == folds:
             mixed[data.name] = (rows, rows["mixed_ensemble"],
                                 _gbdt_reference(rows["gbdt"], folds_here))
-        if "precision" in shown:
-            parts.append(_precision(rows["precision"], data, folds_here))
         convention = [r for name in ("chen", "lightgbm") for r in shown.get(name, [])]
         if _some_query_without_relevant(convention):
             parts.append(_letor_convention(convention, data, folds_here))
@@ -366,18 +366,6 @@ def _bruch(alphas, depths, data, folds, out):
     return "\n".join(lines) + "\n"
 
 
-def _precision(rows, data, folds):
-    full, mixed = rows
-    measures = ("ndcg@5", "ndcg@10", "map")
-    return "\n".join([
-        "### Training in bfloat16 (`--mixed-precision`) vs float32\n",
-        f"`python -m benchmarks.experiments run --study precision {data.flags()}`\n",
-        table(rows, folds, measures), "",
-        "| comparison | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|",
-        "| bfloat16 − float32 | " + " | ".join(
-            _fmt_test(paired(mixed, full, folds, m)) for m in measures) + " |"]) + "\n"
-
-
 def _plot(rows, xs, xlabel, folds, path, title, log):
     import matplotlib
 
@@ -412,29 +400,40 @@ def _plot(rows, xs, xlabel, folds, path, title, log):
     return path
 
 
-def _direct(rows, chen, data, folds):
-    svm_map = next(r for r in rows if r.setting.loss == "svm_map")
-    reference = next(r for r in chen if r.setting.label() == "B64 ranknet()")
-    lines = ["### Other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, PermuRank, "
-             "AdaRank\n",
-             f"`python -m benchmarks.experiments run --study direct {data.flags()}`\n",
-             table(rows, folds), "",
-             "| method | NDCG@5 − B64 RankNet | NDCG@10 − B64 RankNet |", "|---|---|---|"]
-    lines += [f"| {r.setting.label()} | " + " | ".join(
-        _fmt_test(paired(r, reference, folds, m)) for m in ("ndcg@5", "ndcg@10")) + " |"
-        for r in rows]
-    if data.shared and data.name == "OHSUMED":  # the published folds
-        lines.append(f"\nPublished SVM-MAP on the same folds (Chen et al. Table 1, NDCG@5 / @10): "
-                     f"0.4516 / 0.4319; ours: {_fmt(svm_map.cell(folds, 'ndcg@5'))} / "
-                     f"{_fmt(svm_map.cell(folds, 'ndcg@10'))}"
-                     f"{_against_published(svm_map, folds, SVM_MAP_PUBLISHED)}. Theirs is a "
-                     "linear SVM solved by cutting planes with C chosen on validation; ours is the "
-                     "same structural hinge as a loss for the B64 scorer, trained by Adagrad.")
-        softrank = next(r for r in rows if r.setting.loss == "softrank")
-        lines.append(f"\nQin et al. (2010) on OHSUMED, NDCG over the whole list: ApproxNDCG .6698, "
-                     f"SoftRank .6680 (as the paper reports); ours: SoftRank "
-                     f"{_fmt(softrank.cell(folds, 'ndcg'))}, ApproxNDCG α = 10 in the α table.")
+def declared(name, rows, every_row, data, folds):
+    """Draws the study `name` as its `experiment_studies.TABLES` entry declares: its table, then
+    each row's paired difference from the reference row (found among `every_row`)."""
+    declared_table = TABLES[name]
+    reference = next((r for r in every_row if r.setting.label() == declared_table.reference),
+                     None)
+    lines = [f"### {declared_table.title}\n",
+             f"`python -m benchmarks.experiments run --study {name} {data.flags()}`\n",
+             table(rows, folds, declared_table.metrics)]
+    if reference is not None and declared_table.tests:
+        lines += ["", "| setting | " + " | ".join(f"{m} − {declared_table.reference}"
+                                                  for m in declared_table.tests) + " |",
+                  "|---" * (len(declared_table.tests) + 1) + "|"]
+        lines += [f"| {r.setting.label()} | " + " | ".join(
+            _fmt_test(paired(r, reference, folds, m)) for m in declared_table.tests) + " |"
+            for r in rows if r.setting != reference.setting]
     return "\n".join(lines) + "\n"
+
+
+def _direct_published(rows, data, folds):
+    """The published figures of SVM^map and SoftRank on OHSUMED's folds, against ours."""
+    if not (data.shared and data.name == "OHSUMED"):  # the published folds
+        return ""
+    svm_map = next(r for r in rows if r.setting.loss == "svm_map")
+    softrank = next(r for r in rows if r.setting.loss == "softrank")
+    return (f"Published SVM-MAP on the same folds (Chen et al. Table 1, NDCG@5 / @10): "
+            f"0.4516 / 0.4319; ours: {_fmt(svm_map.cell(folds, 'ndcg@5'))} / "
+            f"{_fmt(svm_map.cell(folds, 'ndcg@10'))}"
+            f"{_against_published(svm_map, folds, SVM_MAP_PUBLISHED)}. Theirs is a "
+            "linear SVM solved by cutting planes with C chosen on validation; ours is the "
+            "same structural hinge as a loss for the B64 scorer, trained by Adagrad.\n\n"
+            f"Qin et al. (2010) on OHSUMED, NDCG over the whole list: ApproxNDCG .6698, "
+            f"SoftRank .6680 (as the paper reports); ours: SoftRank "
+            f"{_fmt(softrank.cell(folds, 'ndcg'))}, ApproxNDCG α = 10 in the α table.\n")
 
 
 SVM_MAP_PUBLISHED = {"ndcg@5": 0.4516, "ndcg@10": 0.4319}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from benchmarks.experiment_runs import (GBDTS, Run, ensemble_label, recipe_arguments,
+from benchmarks.experiment_runs import (GBDTS, METRICS, Run, ensemble_label, recipe_arguments,
                                         scorer_label, trainer_config)
 from trainer.recipes import RECIPES, RECOMMENDED
 
@@ -230,6 +230,27 @@ ENSEMBLES_BY_NAME = {e.name: e for e in (*ENSEMBLES, SMOKE_ENSEMBLE)}
 SEED_LOSSES = ("approx_ndcg", "approx_ap", "approx_precision", "ranknet", "weighted_ranknet",
                "listmle", "weighted_listmle", "lambdarank", "softrank", "svm_map", "permurank")
 SEED_CHALLENGERS = ("softmax_loss", "lambdarank")
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """How the report draws a study: its heading, the metrics of its table, and the row (a
+    setting's label, of this study or another) its rows are tested against, in which metrics."""
+
+    title: str
+    metrics: tuple[str, ...] = METRICS
+    reference: str = ""
+    tests: tuple[str, ...] = ()  # metrics of the paired tests against the reference
+
+
+# The studies drawn by `experiment_report.declared`; the others have sections of their own.
+TABLES = {
+    "direct": Table("Other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, "
+                    "PermuRank, AdaRank", reference="B64 ranknet()", tests=("ndcg@5", "ndcg@10")),
+    "precision": Table("Training in bfloat16 (`--mixed-precision`) vs float32",
+                       ("ndcg@5", "ndcg@10", "map"), reference="B64 approx_ndcg(alpha=10.0)",
+                       tests=("ndcg@5", "ndcg@10", "map")),
+}
 
 
 def studies(smoke: bool = False) -> dict[str, list[Setting]]:

@@ -1,7 +1,6 @@
 """Parsing workers (`tfapprox.data.worker_pool`): fresh processes, never forks of the caller; a
 dead or stuck worker is a one-line error naming the file, never a hang; none outlives its reader."""
 
-import itertools
 import os
 import signal
 import subprocess
@@ -153,16 +152,11 @@ def test_the_trainers_workers_are_not_forks_and_end_with_it_on_sigterm(big_file,
 def test_the_trainers_conversion_with_tensorflow_running_never_forks(big_file, tmp_path):
     """Converts the file as the trainer does, three times, while TensorFlow's threads compute: no
     fork of this process (a child of a fork can deadlock on a lock one of those threads held),
-    the same records each time, and no worker left. (The validation split is the file's first
-    query: small files are parsed without workers.)"""
+    the same records each time, and no worker left."""
     import tensorflow as tf
 
     from trainer import data
     from trainer.config import DataConfig
-
-    vali = tmp_path / "vali.txt"
-    with open(big_file) as lines:
-        vali.write_text("".join(itertools.islice(lines, DOCS_PER_QUERY)))
 
     forks = []
     os.register_at_fork(before=lambda: forks.append(threading.current_thread().name))
@@ -178,7 +172,7 @@ def test_the_trainers_conversion_with_tensorflow_running_never_forks(big_file, t
     try:
         counts = set()
         for attempt in range(3):
-            config = DataConfig(train=[str(big_file)], vali=[str(vali)],
+            config = DataConfig(train=[str(big_file)], vali=[str(big_file)],
                                 cache_dir=str(tmp_path / f"cache{attempt}"), buckets=0)
             splits = data.resolve(config, print_fn=lambda _: None)
             counts.add(splits.num_train_lists)

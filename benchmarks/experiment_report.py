@@ -19,7 +19,7 @@ import numpy as np
 from benchmarks.experiment_runs import GBDTS, METRICS, SELECT_METRIC
 from benchmarks.experiment_studies import (ENSEMBLES_BY_NAME, LIST_STANDARDIZE, RECOMMENDED,
                                            LOSS_STUDY_REFERENCE, SEED_CHALLENGERS, SEED_LOSSES,
-                                           TABLES, YILMAZ_MEASURES, runs_of)
+                                           SET_STUDIES, TABLES, YILMAZ_MEASURES, runs_of)
 from benchmarks.results_cache import read_cached
 
 # The studies whose rows the table of DASALC against the GBDTs shows, in its order (after the
@@ -254,8 +254,9 @@ def _rows(studies, data, cache, folds, seeds, epochs, say, data_keys):
 
 def _partial(data, shown, run, folds):
     """Says that `data`'s tables are over the folds `run` only, and how to resume the rest (the
-    studies all of whose settings have runs)."""
-    studies = " ".join(name for name, rows in shown.items() if all(r.by_fold_seed for r in rows))
+    studies `SET_STUDIES` names for the set, else those with runs)."""
+    studies = " ".join(SET_STUDIES.get(data.name, [
+        name for name, rows in shown.items() if any(r.by_fold_seed for r in rows)]))
     return (f"**Partial**: the runs on {data.name} so far cover fold{'s' * (len(run) > 1)} "
             f"{', '.join(map(str, run))} of {', '.join(map(str, folds))}, so its tables are "
             f"over {'those' if len(run) > 1 else 'that fold'} only; `python -m "
@@ -491,7 +492,7 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
               "log1p (`input_transform=quantile`), then (`dasalc_quantile_search`, run on YAHOO "
               "and MQ2008) that with Adagrad's learning rate 0.02 or noise σ = 3.0, then "
               "(`losses_quantile`) the B64 tower with "
-              "those inputs and three losses, then (`list_standardized`) the third recipe's "
+              "those inputs and three losses, then (`list_standardized`) the trainer's recipes' "
               "members with each feature also standardised within its list "
               "(`list_standardize=True`), then DASALC's ensemble (`ensemble of k "
               "seeds`: DASALC-ens of Qin et al., ICLR 2021; ensemble seed s averages the scores, "
@@ -501,8 +502,9 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
               "then the ensemble of different settings (`ensemble of a + b + c`, the "
               "`mixed_ensemble` study: ensemble seed s averages the standardised scores of the "
               "runs of seed s of the settings it names, rows of the DASALC table and of the table "
-              "of every loss; its members are fixed by a rule on validation alone, after the "
-              "last set; its seconds are its members' training plus scoring them), "
+              "of every loss; a recipe's members are fixed by a rule on validation alone (see "
+              "Ensembles of different settings); its seconds are its members' training plus "
+              "scoring them), "
               "then with ApproxNDCG each piece taken "
               "away (`[input_transform=none]`: no log1p; `[noise_stddev=0.0]`: no input noise; "
               "`[attention_layers=0]`: no self-attention), then the B256 tower alone, then "

@@ -232,6 +232,10 @@ SEED_LOSSES = ("approx_ndcg", "approx_ap", "approx_precision", "ranknet", "weigh
 SEED_CHALLENGERS = ("softmax_loss", "lambdarank")
 
 
+# The studies run on a set that does not run them all: what resumes it.
+SET_STUDIES = {"MQ2008_AGG": ("gbdt", "recommended")}
+
+
 @dataclasses.dataclass(frozen=True)
 class Table:
     """How the report draws a study: its heading, the metrics of its table, and the row (a

@@ -297,8 +297,8 @@ def test_a_set_still_running_is_reported_over_the_folds_it_has_run(tmp_path):
                              "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "results.md").read_text()
     assert ("**Partial**: the runs on MQ2008_AGG so far cover fold 1 of 1, 2, so its tables are "
-            "over that fold only; `python -m benchmarks.experiments run --study gbdt "
-            "list_standardized recommended --dataset MQ2008_AGG` resumes them.") in text
+            "over that fold only; `python -m benchmarks.experiments run --study gbdt recommended "
+            "--dataset MQ2008_AGG` resumes them.") in text
     section = text.split("### The recommended recipe against the tuned GBDTs")[1]
     assert "not run" not in section and "**On MQ2008_AGG, in test NDCG@10, the recipe**" in section
     assert re.search(r"\| recommended recipe \| \d\.\d{4} \([+-]\d\.\d{4}, p = \d\.\d{3}\) \|",

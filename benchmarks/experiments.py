@@ -96,7 +96,8 @@ alone, saying which runs are missing.
   python -m benchmarks.experiments pack            # before committing new runs of the shared sets
   python -m benchmarks.experiments run --data-dir ~/letor/mine --name mine --study qin lightgbm
   python -m benchmarks.experiments report --data-dir ~/letor/mine --name mine --study qin lightgbm
-  python -m benchmarks.experiments run --smoke     # CI: Fold1, seed 0, 1 epoch, temp dirs, report
+  python -m benchmarks.experiments run --study gbdt recommended --dataset MQ2008_AGG
+  python -m benchmarks.experiments run --smoke     # a check: Fold1, seed 0, 1 epoch, temp dirs, report
 
 Budget: a B64 run on an OHSUMED fold takes 10-30 s on one core of the 2-core CI machine, a LightGBM
 run about 1 s; the whole set (both sets, 5 folds, 3 seeds) is about 1,100 neural runs, 5-8 CPU-hours.

@@ -51,10 +51,14 @@ def build_scorer(path: str, preset: str, **kwargs):
     return model
 
 
-@functools.lru_cache(maxsize=8)
 def lookup(spec: FeatureSpec):
     """Returns the `FeatureLookup` of `spec`'s categorical features (None when it has none): one per
-    spec in a process, its vocabularies read once."""
+    spec and spec directory (where its vocabularies are) in a process, its vocabularies read once."""
+    return _lookup(spec, spec.base_dir)
+
+
+@functools.lru_cache(maxsize=8)
+def _lookup(spec: FeatureSpec, base_dir: str | None):
     from tfapprox.named_inputs import FeatureLookup
 
     if not any(f.categorical for f in spec.context + spec.document):

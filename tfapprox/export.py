@@ -1,10 +1,12 @@
-"""SavedModel export for TF Serving: six scoring signatures, written atomically.
+"""SavedModel export for TF Serving: scoring signatures, written atomically.
 
 `export_saved_model(model, base_dir, name, num_features)` writes `base_dir/name/<version>/`, the
-layout TF Serving watches (`--model_base_path=base_dir/name`), with its warm-up requests. The
-signatures (`tfapprox.export_signatures`), what they take, return and refuse, and the versions and
-their atomic writing (`tfapprox.model_versions`) are described in docs/serving.md. The SavedModel
-loads with `tf.saved_model.load` without tfapprox installed.
+layout TF Serving watches (`--model_base_path=base_dir/name`), with its warm-up requests: six
+signatures over F float features per document (`tfapprox.export_signatures`), or, with
+`feature_spec=` instead of `num_features`, four over a spec's named features
+(`tfapprox.named_signatures`). What they take, return and refuse, and the versions and their
+atomic writing (`tfapprox.model_versions`) are described in docs/serving.md. The SavedModel loads
+with `tf.saved_model.load` without tfapprox installed.
 
 Export needs the TensorFlow backend. A model trained with another backend can be saved as `.keras`
 and exported from a process running with `KERAS_BACKEND=tensorflow`.

@@ -24,12 +24,11 @@ import tensorflow as tf
 from tfapprox.data import records
 from tfapprox.data.named_records import _unflatten, encode_named_list, feature_bytes
 from tfapprox.export_signatures import (
-    PREDICT,
-    REGRESS,
     _PAD_KEY,
     _assert_at_most,
     _list_documents,
     _parse_or_explain,
+    STRING_SIGNATURES,
     _quietly,
     archive_of,
     checked_scores,
@@ -37,7 +36,7 @@ from tfapprox.export_signatures import (
 )
 from tfapprox.named_inputs import FeatureLookup
 
-NAMED_SIGNATURES = ("serving_default", "score_examples", PREDICT, REGRESS)
+NAMED_SIGNATURES = tuple(name for name, *_ in STRING_SIGNATURES)
 
 # tf.train.Feature's kinds, in the field order of its `oneof kind`, as spec dtypes.
 _KINDS = ("bytes_list", "float_list", "int64_list")
@@ -289,9 +288,7 @@ def sample_requests(spec, vocabularies):
     def requests(lists, documents):
         elwc = np.array([encode_named_list(context, [document] * documents)] * lists, object)
         examples = np.array([merged] * (lists * documents), object)
-        yield "serving_default", {"elwc": elwc}
-        yield "score_examples", {"examples": examples}
-        yield PREDICT, {"inputs": elwc}
-        yield REGRESS, {"inputs": examples}
+        for name, argument, _, lists in STRING_SIGNATURES:
+            yield name, {argument: elwc if lists else examples}
 
     return requests

@@ -16,7 +16,7 @@ def test_a_plan_is_frozen_and_holds_for_its_block_only():
     with pytest.raises(dataclasses.FrozenInstanceError):
         DEFAULT.pair_block = 4
     inner = PairPlan(pair_block=4)
-    with using(PairPlan(blocked_above=8)) as outer:
+    with using(PairPlan(pair_block=4)) as outer:
         with using(inner):
             assert pair_plan.active() is inner
         assert pair_plan.active() is outer

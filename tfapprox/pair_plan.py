@@ -90,8 +90,8 @@ def using(plan):
     _PLANS.append(plan)
     try:
         yield plan
-    finally:
-        _PLANS.remove(plan)
+    finally:  # this block's entry: plans equal in value may be open around it
+        del _PLANS[max(i for i, open_plan in enumerate(_PLANS) if open_plan is plan)]
 
 
 # Where the code is traced.

@@ -10,7 +10,6 @@ value averaged over the seeds both have (scipy.stats.ttest_rel, two-sided).
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import platform
 from pathlib import Path
 
@@ -292,7 +291,7 @@ def _header(data_sets, cache, folds, seeds, epochs):
         "setting whose runs are not (all) in the cache. Differences are paired t-tests over test "
         "queries (each query averaged over seeds). Queries without a relevant document are left "
         "out unless a table says otherwise.\n\n"
-        f"Generated {datetime.date.today()} on {platform.machine()} ({platform.processor() or 'cpu'}), "
+        f"Generated on {platform.machine()} ({platform.processor() or 'cpu'}), "
         f"Python {platform.python_version()}, TensorFlow {tf.__version__}.\n")
 
 

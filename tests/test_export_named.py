@@ -250,4 +250,13 @@ def test_a_model_over_other_features_or_vector_arguments_are_refused(served, tmp
         export.export_saved_model(model, tmp_path, "ranker", feature_spec=without_context)
     with pytest.raises(ValueError, match="give it without num_features"):
         export.export_saved_model(model, tmp_path, "ranker", 7, feature_spec=spec)
+    # a model whose lookup runs in the dataset, exported with vocabularies of another size
+    from tfapprox.named_inputs import build_named_scorer
+
+    outside = build_named_scorer(spec, "B64")
+    shorter = dataclasses.replace(_spec(tmp_path), base_dir=str(tmp_path))
+    (tmp_path / "vocab.txt").write_text("the\ncat\n")
+    with pytest.raises(ValueError, match="vocabulary 'vocab.txt' holds 2 values but the model's "
+                                         "embedding was built for 5"):
+        export.export_saved_model(outside, tmp_path, "ranker", feature_spec=shorter)
     assert not (tmp_path / "ranker").exists()

@@ -306,6 +306,7 @@ def test_monitors_report_what_the_loss_optimises(rng):
                         rel_tol=1e-5)
 
 
+@pytest.mark.backend_neutral  # names and configs; the rebuilt metric runs the same ops
 @pytest.mark.parametrize("name, cls, config", [
     ("ndcg@5", metrics.NDCG, {"k": 5}), ("ndcg", metrics.NDCG, {"k": None}),
     ("map", metrics.MeanAveragePrecision, {}), ("p@10", metrics.PrecisionAtK, {"k": 10}),
@@ -334,6 +335,7 @@ def test_unknown_metric_names_are_rejected(name):
         metrics.get(name)
 
 
+@pytest.mark.backend_neutral  # two uses of one formula agree; its values: trec_eval's test
 def test_per_list_values_are_what_the_mean_averages(rng):
     labels, scores = random_batch(rng, batch=12, list_size=9)
     labels[0] = 0.0  # a list without a relevant document
@@ -348,5 +350,6 @@ def test_per_list_values_are_what_the_mean_averages(rng):
                             result(metric, labels, scores), rel_tol=1e-6), metric.name
 
 
+@pytest.mark.backend_neutral  # checks the docstrings; the values: trec_eval's test
 def test_docstring_examples_run():
     assert doctest.testmod(metrics, optionflags=doctest.ELLIPSIS).failed == 0

@@ -538,9 +538,19 @@ def test_neural_ndcg_is_allranks_formula_and_tends_to_minus_ndcg(params, rng):
 
 
 def _sorted_gains_by_autodiff(scores, mask, gains, temperature, iterations):
-    """`neural_sort.sorted_gains` as autodiff differentiates it: each Sinkhorn round divides the
-    matrix itself, so a gradient keeps every round's matrices (O(T·L²) memory)."""
-    matrix, _ = neural_sort._relaxed_sort(scores, mask, ops.cast(mask, "float32"), temperature)
+    """`neural_sort.sorted_gains` as autodiff differentiates it: NeuralSort's P̂ written out
+    densely, then each Sinkhorn round divides the matrix itself, so a gradient keeps every
+    round's matrices (O(T·L²) memory)."""
+    real = ops.cast(mask, "float32")
+    count = ops.sum(real, axis=-1, keepdims=True)
+    positions = ops.cast(ops.arange(1, ops.shape(scores)[1] + 1), "float32")
+    spread = ops.sum(ops.abs(direct_ops.pair_differences(scores)) * ops.expand_dims(real, 1), -1)
+    weights = count + 1.0 - 2.0 * positions
+    logits = ops.matmul(ops.stack([weights, ops.ones_like(weights)], axis=-1) / temperature,
+                        ops.stack([scores, -spread], axis=1))
+    logits = ops.where(ops.expand_dims(mask, 1), logits, rank_ops.LOWEST_FLOAT32)
+    rows = ops.cast(positions <= count, "float32")
+    matrix = ops.softmax(logits, axis=-1) * ops.expand_dims(rows, -1) * ops.expand_dims(real, 1)
 
     def scale(_, current):
         current = rank_ops.safe_divide(current, ops.sum(current, axis=2, keepdims=True))
@@ -586,6 +596,36 @@ def test_neural_ndcg_gradient_keeps_no_matrix_per_sinkhorn_round():
     few, many = planned_matrices(5), planned_matrices(50)
     assert many < 6 and many - few < 1, (few, many)
 
+
+
+@pytest.mark.parametrize("mode", COMPILE_MODES)
+def test_neural_ndcg_in_row_blocks_is_autodiffs(mode, rng, monkeypatch):
+    """Lists longer than `neural_sort.ROW_BLOCK` (5 here: lists of 12 in blocks 0-4, 5-9 and
+    7-11, whose last overlaps the one before) give autodiff's loss and gradient."""
+    labels, scores = random_batch(rng, batch=5, list_size=12, pad_fraction=0.3)
+    labels[:, 0] = 2.0
+    loss = losses.NeuralNDCGLoss(temperature=0.3, sinkhorn_iterations=5)
+    monkeypatch.setattr(neural_sort, "ROW_BLOCK", 5)
+    value, grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores, mode, mode != "eager")
+    monkeypatch.setattr(neural_sort, "sorted_gains", _sorted_gains_by_autodiff)
+    expected, expected_grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores, mode, False)
+    assert math.isclose(value, expected, rel_tol=1e-6)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5,
+                               atol=1e-5 * np.abs(expected_grad).max())
+
+
+@pytest.mark.skipif(backend() != "jax", reason="reads XLA's memory plan through JAX")
+def test_neural_ndcg_gradient_of_a_long_list_keeps_about_two_matrices(monkeypatch):
+    """The temporaries XLA plans for the gradient of one list of 400 in blocks of 100 rows:
+    P̂'s softmax and the logits it is made from, and blocks (3.1 [L, L] tensors before)."""
+    import jax
+
+    monkeypatch.setattr(neural_sort, "ROW_BLOCK", 100)
+    labels, scores = random_batch(np.random.default_rng(0), batch=1, list_size=400,
+                                  pad_fraction=0.0)
+    step = jax.jit(jax.grad(lambda s, y: losses.NeuralNDCGLoss()(y, s)))
+    plan = step.lower(scores, labels).compile().memory_analysis()
+    assert plan.temp_size_in_bytes / (4 * 400 ** 2) < 2.6, plan.temp_size_in_bytes
 
 # --- OrdinalLoss: K logits per document, [B, L, K] -----------------------------------------------
 

@@ -275,10 +275,12 @@ class NeuralNDCGLoss(base.RankingLoss):
         sinkhorn_iterations: rounds of Sinkhorn scaling (allRank's `max_iter`, 50; it also stops
             early at a tolerance, which a compiled loop here does not).
     Cost per list of L documents, T = `sinkhorn_iterations`: time O(T·L²) forward and again
-    backward (2T products of P̂ with a vector each way, and one [L, 2T+1]·[2T+1, L] product);
-    memory O(L²) under a gradient too, nothing per round: the code holds P̂ and at most two more
-    [L, L] float32 tensors at once (4·L² bytes each). Measured above the framework for one list
-    of 10,000 documents: 1.2 GB in a `tf.function`, 2.1 GB under XLA, 3.1 GB eager
+    backward (2T products of P̂ with a vector each way, and one [L, 2T+1]·[2T+1, L] product,
+    formed a block of rows at a time); memory O(L²) under a gradient too, nothing per round: P̂'s
+    softmax is kept, the logits it is made from live while it is made, and the backward pass and
+    the pair sums take blocks of 1,024 rows, so about two [L, L] float32 tensors (4·L² bytes
+    each). Measured above the framework for one list of 10,000 documents, forward and backward:
+    608 MiB in a `tf.function`, 972 MiB under XLA, 931 MiB eager
     (docs/benchmarks.md, "NeuralNDCG by list length"). A list contributes when it has a document
     with label > 0.
     """

@@ -7,7 +7,6 @@ writes; what each signature takes, returns and refuses is described in docs/serv
 from typing import NamedTuple
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from tfapprox.data import records
@@ -41,31 +40,19 @@ def _pad_example():
     return records.example_bytes({_PAD_KEY: records.int64_feature([1])})
 
 
-# per_feature: a key that a document does not hold reads as this NaN, whose payload arithmetic never
-# makes (NaNs computed or written by numpy, C or protobuf are 0x7fc00000 or 0xffc00000), so that a
-# missing key (read as 0, as in sparse SVMlight) is told apart from a NaN sent in one (refused).
-_MISSING_BITS = 0x7FC0ADD5
-_MISSING = np.array(_MISSING_BITS, np.uint32).view(np.float32)[()]
-
-
-def _is_missing(values):
-    """Where float32 `values` are `_MISSING`: a key the document does not hold."""
-    return tf.equal(tf.bitcast(values, tf.int32), _MISSING_BITS)
-
-
 def _document_spec(num_features, example_layout):
     """Returns the tf.io.parse_example spec of a document: its features (a missing key reads as
-    `_MISSING`: all F values for a missing "features" in the vector layout) and the padding
+    `records.ABSENT`: all F values for a missing "features" in the vector layout) and the padding
     mark."""
     if example_layout == "vector":
         spec = {
             records.FEATURES_KEY: tf.io.FixedLenFeature(
-                [num_features], tf.float32, default_value=[_MISSING] * num_features
+                [num_features], tf.float32, default_value=[records.ABSENT] * num_features
             )
         }
     else:
         spec = {
-            str(i): tf.io.FixedLenFeature([], tf.float32, default_value=_MISSING)
+            str(i): tf.io.FixedLenFeature([], tf.float32, default_value=records.ABSENT)
             for i in range(1, num_features + 1)
         }
     spec[_PAD_KEY] = tf.io.FixedLenFeature([], tf.int64, default_value=0)
@@ -133,7 +120,7 @@ def _checked_documents(signature, parsed, num_features, example_layout):
     real = tf.equal(parsed[_PAD_KEY], 0)
     if example_layout == "vector":
         features = parsed[records.FEATURES_KEY]
-        missing = tf.reduce_all(_is_missing(features), axis=1) & real
+        missing = tf.reduce_all(records.is_absent(features), axis=1) & real
         no_features = tf.debugging.Assert(
             tf.logical_not(tf.reduce_any(missing)),
             [
@@ -146,7 +133,7 @@ def _checked_documents(signature, parsed, num_features, example_layout):
             features = tf.identity(features)
     else:
         values = tf.stack([parsed[str(i)] for i in range(1, num_features + 1)], axis=1)
-        held = tf.logical_not(_is_missing(values))
+        held = tf.logical_not(records.is_absent(values))
         empty = tf.logical_not(tf.reduce_any(held, axis=1)) & real
         none_held = tf.debugging.Assert(
             tf.logical_not(tf.reduce_any(empty)),

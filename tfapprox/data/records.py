@@ -39,6 +39,12 @@ RECORD_FORMATS = ("elwc", "sequence_example")
 # document is data, an absent key an error.
 ABSENT_BITS = 0x7FC0ADD5
 ABSENT = np.array(ABSENT_BITS, np.uint32).view(np.float32)[()]
+
+
+def is_absent(values):
+    """Where float32 tensor `values` are `ABSENT` (a key the document does not hold), not a NaN
+    sent or written in one."""
+    return tf.equal(tf.bitcast(values, tf.int32), ABSENT_BITS)
 EXAMPLE_LAYOUTS = ("vector", "per_feature")
 
 
@@ -402,7 +408,7 @@ def parse_example_lists(
     mask = tf.sequence_mask(lengths, maxlen=shape[1])
     checks = [assert_finite_labels(labels, mask)]
     if layout == "vector":
-        absent = tf.equal(tf.bitcast(features[:, :, 0], tf.int32), ABSENT_BITS)
+        absent = is_absent(features[:, :, 0])
         message = f"a document Example has no {FEATURES_KEY!r} feature"
         checks.append(tf.debugging.Assert(tf.logical_not(tf.reduce_any(absent & mask)), [message]))
     with tf.control_dependencies(checks):

@@ -280,7 +280,7 @@ class NeuralNDCGLoss(base.RankingLoss):
     softmax is kept, the logits it is made from live while it is made, and the backward pass and
     the pair sums take blocks of 1,024 rows, so about two [L, L] float32 tensors (4·L² bytes
     each). Measured above the framework for one list of 10,000 documents, forward and backward:
-    608 MiB in a `tf.function`, 972 MiB under XLA, 931 MiB eager
+    608 MiB in a `tf.function`, 972 MiB under XLA, 931 MiB eager, 866 MiB under `jax.jit`
     (docs/benchmarks.md, "NeuralNDCG by list length"). A list contributes when it has a document
     with label > 0.
     """

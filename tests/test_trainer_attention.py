@@ -53,3 +53,39 @@ def test_models_without_attention_are_not_bounded_by_pairs(records_cache, tmp_pa
                     "--preset", "linear", "--list-size", "40", "--batch-size", "8",
                     "--max-pairs", "1")
     assert status == 0, capsys.readouterr().err[-3000:]
+
+
+def test_evaluation_batches_are_bounded_and_a_list_over_the_bound_is_refused(
+        records_cache, tmp_path, monkeypatch, capsys, letor_folds):
+    """Validation and test batches of an attending model hold at most --max-pairs pairs (fewer
+    lists a batch, every list still scored); one list over the bound: one line, nothing trained."""
+    import dataclasses
+
+    from trainer import config as trainer_config, data
+
+    fold = letor_folds / "MQ2008" / "Fold1"
+    monkeypatch.chdir(records_cache)
+    config = trainer_config.load("demo", {"data.dir": str(fold)})
+    splits = data.resolve(config.data, print_fn=lambda _: None)
+    with open(fold / "vali.txt") as lines:
+        counts = collections.Counter(line.split()[1] for line in lines)
+    longest = max(counts.values())
+    bounded = dataclasses.replace(splits, eval_max_pairs=3 * longest * longest)
+    sizes = [int(inputs["mask"].shape[0]) for inputs, _ in
+             data.eval_dataset(splits.vali, bounded).as_numpy_iterator()]
+    assert max(sizes) == 3 and sum(sizes) == len(counts)
+
+    status = _train(records_cache, tmp_path, monkeypatch, fold, "--preset", "dasalc",
+                    "--list-size", "8", "--batch-size", "1", "--max-pairs", str(longest ** 2 - 1))
+    err = capsys.readouterr().err
+    assert status == 1, err[-2000:]
+    message = err.strip().splitlines()[-1]
+    assert f"a list of {longest} documents" in message and "--max-pairs" in message, message
+    assert not (tmp_path / "run" / "checkpoint.npz").exists()
+
+
+def test_an_ensemble_takes_max_pairs():
+    from trainer.__main__ import _ensemble_parser
+
+    args = _ensemble_parser().parse_args(["--members", "m", "--max-pairs", "5"])
+    assert args.max_pairs == 5

@@ -281,6 +281,10 @@ def _ensemble_parser() -> argparse.ArgumentParser:
     g.add_argument("--version", type=int, help="version directory (default: next free)")
     g.add_argument("--max-documents", type=int,
                    help="most documents one serving request may hold (see train --help)")
+    g.add_argument("--max-pairs", type=int,
+                   help="members whose documents attend to each other (dasalc): most document "
+                   "pairs one evaluation batch and one serving request may hold (default: the "
+                   "first member's)")
     g.add_argument("--no-export", dest="export_enabled", action="store_false", default=True,
                    help="evaluate and save without exporting")
     return parser

@@ -188,6 +188,22 @@ def check_attention_fits(config: Config, model: keras.Model, splits: data.Splits
         "--max-pairs")
 
 
+def bound_evaluation(config: Config, model: keras.Model, splits: data.Splits) -> data.Splits:
+    """Returns `splits` whose evaluation batches hold at most `train.max_pairs` document pairs
+    when `model`'s documents attend to each other (`data.eval_dataset`), else `splits`. Raises
+    ValueError if one validation or test list alone is over the bound."""
+    from tfapprox import models
+
+    if not models.attends_within_lists(model):
+        return splits
+    bounded = dataclasses.replace(
+        splits, eval_max_pairs=config.train.max_pairs or models.MAX_ATTENTION_PAIRS)
+    for paths in (splits.vali, splits.test):  # a list over the bound is refused now, not later
+        if paths:
+            data.eval_batch_size(paths, bounded)
+    return bounded
+
+
 def adapt_inputs(built: Built, splits: data.Splits, say: Printer) -> None:
     """Fits the scorer's input transform to the training documents (`DNNScorer.adapt`: the
     quantiles of `model.input_transform=quantile`), at most `ADAPT_DOCUMENTS` of them in file

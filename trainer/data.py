@@ -72,6 +72,9 @@ class Splits:
     train_buckets: list[int] | None = None  # pad sizes of whole training lists (None: no buckets)
     feature_spec: Any = None  # records with named features: their FeatureSpec (num_features None)
     missing_values: bool = False  # whether a training document misses a feature value (NaN)
+    # a model whose documents attend to each other: most document pairs (lists × L²) one
+    # evaluation batch may hold (None: unbounded); set by build.bound_evaluation
+    eval_max_pairs: int | None = None
 
 
 def resolve(config: DataConfig, print_fn: Printer = print) -> Splits:
@@ -223,15 +226,35 @@ class TrainingEpochs:
 
 
 def eval_dataset(paths: list[str], splits: Splits) -> tf.data.Dataset:
-    """Returns whole lists of `paths` in file order, for exact metrics."""
+    """Returns whole lists of `paths` in file order, for exact metrics: `EVAL_BATCH_SIZE` lists
+    a batch, fewer where `splits.eval_max_pairs` bounds a batch's document pairs (at least one;
+    a list longer than the bound is refused in one line)."""
     from tfapprox.data import ranking_dataset
 
+    batch_size = eval_batch_size(paths, splits)
     if splits.feature_spec is not None:
-        return named_data.eval_dataset(paths, splits.feature_spec, EVAL_BATCH_SIZE)
-    dataset = ranking_dataset(paths, EVAL_BATCH_SIZE, None, shuffle=False,
+        return named_data.eval_dataset(paths, splits.feature_spec, batch_size)
+    dataset = ranking_dataset(paths, batch_size, None, shuffle=False,
                               num_features=splits.num_features)
-    num_batches = -(-_count_lists(paths, splits.num_features) // EVAL_BATCH_SIZE)
+    num_batches = -(-_count_lists(paths, splits.num_features) // batch_size)
     return dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
+
+
+def eval_batch_size(paths: list[str], splits: Splits) -> int:
+    """Returns the lists an evaluation batch of `paths` holds (see `eval_dataset`)."""
+    if splits.eval_max_pairs is None:
+        return EVAL_BATCH_SIZE
+    from tfapprox.data.dataset import list_lengths
+
+    lengths = (named_data.list_lengths(paths, splits.feature_spec)
+               if splits.feature_spec is not None else list_lengths(paths, splits.num_features))
+    longest = max(int(max(lengths, default=1)), 1)
+    if longest * longest > splits.eval_max_pairs:
+        raise ValueError(
+            f"evaluation on {', '.join(paths)}: a list of {longest} documents is {longest}² = "
+            f"{longest * longest} document pairs for the model's attention, above the bound of "
+            f"{splits.eval_max_pairs} pairs: use a larger --max-pairs")
+    return max(1, min(EVAL_BATCH_SIZE, splits.eval_max_pairs // (longest * longest)))
 
 
 def padded_lists(paths: list[str], splits: Splits) -> tuple[list, list, list]:

@@ -150,7 +150,7 @@ def run(config: Config, members: list[str], print_fn: Printer = print) -> dict[s
     from tfapprox import losses
     from tfapprox.ensemble import NonFiniteScores, ScoreEnsemble
     from trainer import data, run_files
-    from trainer.build import Built, evaluate_on, restore_best
+    from trainer.build import Built, bound_evaluation, evaluate_on, restore_best
     from trainer.export import export
     from trainer.metric_names import metrics_named
     from trainer.report import describe_method
@@ -161,8 +161,9 @@ def run(config: Config, members: list[str], print_fn: Printer = print) -> dict[s
     splits = data.resolve(config.data, print_fn=print_fn)
     check_unseen(configs, config.data)
     built = [restore_best(member, data_width=splits.num_features) for member in configs]
-    vali = data.eval_dataset(splits.vali, splits)
     ensemble = ScoreEnsemble([b.eval_model for b in built], name="score_ensemble")
+    splits = bound_evaluation(config, ensemble, splits)
+    vali = data.eval_dataset(splits.vali, splits)
     try:
         ensemble.adapt(vali.map(lambda inputs, labels: inputs))
     except NonFiniteScores as err:  # the ensemble would score every document NaN

@@ -33,8 +33,8 @@ import tensorflow as tf
 
 from trainer import (backend, checkpoint, data, distribute, interrupts, report, resume, run_files,
                      run_lock)
-from trainer.build import (Built, adapt_inputs, build, check_attention_fits, evaluate_on, restore_best,
-                           with_missing_values)
+from trainer.build import (Built, adapt_inputs, bound_evaluation, build, check_attention_fits,
+                           evaluate_on, restore_best, with_missing_values)
 from trainer.config import Config
 from trainer.export import export
 from trainer.metric_names import add_gaps
@@ -86,6 +86,7 @@ def _train(config: Config, fresh: bool, print_fn: Printer,
     run_dir = Path(config.train.run_dir)
     built = build(config, splits.num_features, dist)
     check_attention_fits(config, built.model, splits)
+    splits = bound_evaluation(config, built.eval_model, splits)
     state, best_weights = resume.start_or_resume(config, run_dir, fresh, built, splits, dist, say)
     if best_weights is None:  # a new run: a resumed one restored its input quantiles
         adapt_inputs(built, splits, say)
@@ -228,6 +229,7 @@ def _train_one_epoch(config: Config, model: keras.Model, splits: data.Splits,
 def evaluate(config: Config, splits: data.Splits, print_fn: Printer = print) -> dict[str, Any]:
     """Scores the best weights of `config`'s run on `splits`' validation and test sets."""
     built = restore_best(config, data_width=splits.num_features)
+    splits = bound_evaluation(config, built.eval_model, splits)
     results = {"run_dir": config.train.run_dir}
     for name, paths in (("validation", splits.vali), ("test", splits.test)):
         if paths:

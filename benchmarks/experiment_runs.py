@@ -292,9 +292,16 @@ def _train(config) -> dict[str, Any]:
 
 
 def _best_model(config, num_features: int):
-    """Returns the evaluation model with the best weights of `config`'s checkpoint."""
+    """Returns the evaluation model with the best weights of `config`'s checkpoint, its scorer
+    as the run built it (`model.handles_missing`, which the trainer settles on the data, as its
+    run directory's config.json keeps it)."""
     from trainer.build import restore_best
 
+    saved = Path(config.train.run_dir) / "config.json"
+    if saved.is_file():
+        handles = json.loads(saved.read_text())["model"].get("handles_missing")
+        config = dataclasses.replace(config, model=dataclasses.replace(config.model,
+                                                                       handles_missing=handles))
     return restore_best(config, num_features).eval_model
 
 

@@ -219,8 +219,8 @@ def test_gpu_benchmark_runs_tiny_on_the_cpu_without_tensorflow():
 @pytest.mark.slow
 def test_gpu_benchmark_times_each_path_setting_tiny():
     """`--paths` times each pair-sum loss under every switch setting that applies to the list
-    (the dense and 1024-column variants only above BLOCKED_ABOVE, "no constants" only up to
-    CONSTANT_FREE_ABOVE), each with its CPU time a step and XLA's temporaries."""
+    (the dense and 1024-column variants only above PairPlan.blocked_above, "no constants" only
+    up to PairPlan.constant_free_above), each with its CPU time a step and XLA's temporaries."""
     out = run_gpu_benchmark("--tiny", "--paths", "--lists", "12x2")
     rows = [cells for cells in _table_rows(out) if cells[1] == "12"]
     expected = ["default", "per-pair exps", "factored exps", "constants kept", "no constants",

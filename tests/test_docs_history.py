@@ -25,7 +25,6 @@ NOT_YET = {
     "benchmarks/experiment_studies.py",  # recipes named quantile_round3, list_round4
     "benchmarks/experiments.py",         # --help names those recipes
     "benchmarks/ensemble_rule.py",       # --ensemble defaults to quantile_round3
-    "tfapprox/pair_sums.py",             # cites a doc section by round; rewritten behind the plan
 }
 
 

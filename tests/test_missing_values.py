@@ -29,6 +29,7 @@ def expected_features():
             np.array([[0.25, 1, 2, nan], [nan, nan, nan, nan]], np.float32)]
 
 
+@pytest.mark.backend_neutral
 def test_reader_takes_null_and_nan_in_any_case_as_missing(tmp_path):
     """Every marker spelling reads as NaN, on the line-by-line path and in a dense-looking read."""
     path = tmp_path / "agg.txt"
@@ -39,6 +40,7 @@ def test_reader_takes_null_and_nan_in_any_case_as_missing(tmp_path):
             np.testing.assert_array_equal(query.features, want)  # NaN == NaN here
 
 
+@pytest.mark.backend_neutral
 def test_fast_tokeniser_reads_markers_as_the_token_parser_does():
     """The numpy tokeniser and the specification agree on markers, numbers and absent indices."""
     rng = np.random.default_rng(0)
@@ -52,6 +54,7 @@ def test_fast_tokeniser_reads_markers_as_the_token_parser_does():
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.backend_neutral
 @pytest.mark.parametrize("token", ["NA", "nul", "nanx", "NULLNULL", "N/A", "-null", "inf"])
 def test_a_token_neither_number_nor_marker_names_file_and_line(tmp_path, token):
     path = tmp_path / "bad.txt"
@@ -63,6 +66,7 @@ def test_a_token_neither_number_nor_marker_names_file_and_line(tmp_path, token):
     assert letor_fast.parse_sparse([f"1:2 2:{token}".encode()]) is None  # left to the tokens
 
 
+@pytest.mark.backend_neutral
 def test_a_missing_label_is_an_error(tmp_path):
     path = tmp_path / "bad.txt"
     path.write_text("NULL qid:1 1:0.5\n")
@@ -70,6 +74,7 @@ def test_a_missing_label_is_an_error(tmp_path):
         list(letor.read_queries(path, 1))
 
 
+@pytest.mark.backend_neutral
 def test_convert_counts_missing_values_and_the_records_carry_them(tmp_path, capsys):
     """convert prints and writes the missing values per feature; ranking_dataset gives NaN at
     them and 0 at padding (the vector layout's absent-key check is not set off by a NaN)."""
@@ -176,6 +181,7 @@ def test_quantiles_are_fitted_to_the_values_present():
     np.testing.assert_array_equal(to_numpy(layer.quantiles)[:, 1], before)  # none present
 
 
+@pytest.mark.backend_neutral
 def test_has_missing_values_reads_the_spec_or_else_the_records(tmp_path):
     import shutil
 
@@ -195,6 +201,7 @@ def test_has_missing_values_reads_the_spec_or_else_the_records(tmp_path):
             assert has_missing_values(files, NUM_FEATURES) is (name == "agg"), (name, files)
 
 
+@pytest.mark.backend_neutral
 def test_the_trainer_turns_missing_handling_on_for_data_with_missing_values(tmp_path):
     """trainer: training data with NULL -> Splits.missing_values -> model.handles_missing in the
     run's config (unless the config chose) -> a scorer built with it; data without any -> off."""
@@ -221,6 +228,7 @@ def test_the_trainer_turns_missing_handling_on_for_data_with_missing_values(tmp_
     ({"model.handles_missing": False}, "model.handles_missing to false"),
     ({"model.kind": "adarank"}, "AdaRank's weak rankers"),
 ])
+@pytest.mark.backend_neutral
 def test_the_trainer_refuses_missing_values_a_model_cannot_take(tmp_path, setting, refusal):
     """A config that turns missing handling off, or AdaRank (single-feature weak rankers), on
     training data with missing values: one ValueError naming why, before anything is built."""

@@ -12,6 +12,7 @@ from tfapprox import pair_plan, pair_sums
 from tfapprox.pair_plan import DEFAULT, PairPlan, using
 
 
+@pytest.mark.backend_neutral
 def test_a_plan_is_frozen_and_holds_for_its_block_only():
     with pytest.raises(dataclasses.FrozenInstanceError):
         DEFAULT.pair_block = 4
@@ -75,6 +76,7 @@ def test_every_variant_equals_the_reference(kernel, mode, rng):
         np.testing.assert_allclose(gradient, expected[1], rtol=1e-4, atol=1e-4, err_msg=name)
 
 
+@pytest.mark.backend_neutral
 def test_no_test_or_benchmark_patches_the_kernels_module():
     """Tests and benchmarks take other variants by passing a plan, never by setting attributes of
     `tfapprox.pair_sums` or `tfapprox.pair_plan`."""
@@ -87,6 +89,7 @@ def test_no_test_or_benchmark_patches_the_kernels_module():
     assert not hits, hits
 
 
+@pytest.mark.backend_neutral
 def test_the_plan_is_the_only_table_of_thresholds():
     """`tfapprox.pair_sums` keeps no module-level number or switch but float32's exponent limit
     and its dtype."""

@@ -353,7 +353,7 @@ class OPA(RankingMetric):
     a list's pairs of different labels that the scores order rightly (equal scores do not), as
     TF-Ranking's OPAMetric: the mean over lists weighs each list by its number of such pairs,
     so it is the share over all pairs of the batches. O(L²) comparisons, in blocks for long
-    lists (`tfapprox.pair_sums.BLOCKED_ABOVE`; dense on a GPU under JAX).
+    lists (`tfapprox.pair_plan.PairPlan.blocked_above`; dense on a GPU under JAX).
 
     >>> float(OPA()([[2.0, 1.0, 0.0]], [[0.9, 0.1, 0.5]]))  # (2,1) and (2,0) ordered, (1,0) not
     0.6666666865348816

@@ -33,9 +33,9 @@ class ApproxNDCGLoss(base.RankingLoss):
         topk: optional cut-off k.
         beta: slope β of the truncation sigmoid (Qin et al. search 1…100); used with `topk` only.
         pairwise: "auto" (default), "dense" or "blocked": how the sums over pairs are computed.
-            Blocked, in `tfapprox.pair_sums.PAIR_BLOCK` (256) columns at a time with a backward
-            pass that recomputes each block: O(B·L·256) memory instead of O(B·L²). "auto" blocks
-            lists longer than `tfapprox.pair_sums.BLOCKED_ABOVE` (1024), at run time if L is
+            Blocked, in `tfapprox.pair_plan.PairPlan.pair_block` (256) columns at a time with a
+            backward pass that recomputes each block: O(B·L·256) memory instead of O(B·L²).
+            "auto" blocks lists longer than `PairPlan.blocked_above` (1024), at run time if L is
             None; on a GPU under JAX it is dense at every size (XLA writes no pair tensor there).
         temperature: TF-Ranking's name for 1/alpha (its default 0.1 is alpha 10); given, it
             sets alpha.

@@ -290,8 +290,12 @@ class FeatureLookup(keras.layers.Layer):
 
         if feature.dtype == "int64":
             values = tf.cast(values, tf.int64)
-        lookup = self.lookups[self._lookup_of[feature.vocabulary]]
-        return tf.cast(lookup(values), tf.int32) + OOV_ID
+        return tf.cast(self.table(feature.vocabulary)(values), tf.int32) + OOV_ID
+
+    def table(self, vocabulary):
+        """The lookup layer of `vocabulary` (a file as the spec names it), shared by every
+        feature that names it."""
+        return self.lookups[self._lookup_of[vocabulary]]
 
     def get_config(self):
         return {**super().get_config(), "spec": self.spec.to_dict(),

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfapprox.data import records
-from tfapprox.data.named_records import _unflatten, encode_named_list, feature_bytes
+from tfapprox.data.named_records import unflatten, encode_named_list, feature_bytes
 from tfapprox.export_signatures import (
     _PAD_KEY,
     _assert_at_most,
@@ -196,7 +196,7 @@ class _NamedSignatures:
         real = tf.equal(documents[_PAD_KEY], 0)  # padded slots hold only `_PAD_KEY`
         width = tf.size(real) // size
         documents = _checked_values(signature, documents, self.spec.document, real, "documents")
-        features = {name: _unflatten(value, size, width) for name, value in documents.items()}
+        features = {name: unflatten(value, size, width) for name, value in documents.items()}
         mask = tf.reshape(real, [size, width])
         if self.spec.context:
             contexts = _parse_or_explain(lambda r: records.decode_elwc_with_context(r)[2], batch,
@@ -218,7 +218,7 @@ class _NamedSignatures:
                                    _dtype_check(signature, features, "documents"))
         real = tf.ones([tf.size(examples)], tf.bool)
         values = _checked_values(signature, parsed, self.spec.document, real, "documents")
-        values = {name: _unflatten(value, tf.size(examples), 1) for name, value in values.items()}
+        values = {name: unflatten(value, tf.size(examples), 1) for name, value in values.items()}
         values.update(_checked_values(signature, parsed, self.spec.context, real, "contexts"))
         mask = tf.ones([tf.size(examples), 1], tf.bool)
         return self._scores(signature, values, mask, lists=False)[:, 0]
@@ -257,7 +257,7 @@ def asset_lookup(spec, vocabularies, directory):
     them as assets: one value a line, as `read_vocabulary` reads them (the same ids)."""
     lookup = FeatureLookup(spec, vocabularies)
     for index, vocabulary in enumerate(vocabularies):
-        table = lookup.lookups[lookup._lookup_of[vocabulary]]
+        table = lookup.table(vocabulary)
         path = os.path.join(directory, f"vocabulary_{index}_{os.path.basename(vocabulary)}")
         with open(path, "w", encoding="utf-8") as file:
             file.write("".join(f"{value}\n" for value in vocabularies[vocabulary]))

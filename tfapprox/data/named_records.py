@@ -162,7 +162,7 @@ def _padding_example(specs: dict) -> bytes:
 # --------------------------------------------------------------------------------------------------
 # Parsing a batch of serialized lists
 # --------------------------------------------------------------------------------------------------
-def _unflatten(value, batch, width):
+def unflatten(value, batch, width):
     """``[B * W, ...]`` -> ``[B, W, ...]`` for a dense, ragged or sparse tensor."""
     if isinstance(value, tf.RaggedTensor):
         return tf.RaggedTensor.from_uniform_row_length(value, tf.cast(width, value.row_splits.dtype))
@@ -203,7 +203,7 @@ def _take_documents(value, frames, spec, indices, valid):
         count = tf.shape(rows, tf.int64)[0]
     rows = tf.concat([rows, padding_row], axis=0)
     flat = tf.where(real, starts[:, None] + indices, count)
-    taken = _unflatten(tf.gather(rows, tf.reshape(flat, [-1])), batch, k)
+    taken = unflatten(tf.gather(rows, tf.reshape(flat, [-1])), batch, k)
     return taken.to_sparse() if sparse else taken
 
 
@@ -262,7 +262,7 @@ def batch_reader(spec: NamedSpec, record_format: str, list_size: int | None = No
             examples = tf.where(mask, examples, padding)
         shape = tf.shape(examples)
         parsed = tf.io.parse_example(tf.reshape(examples, [-1]), spec.example)
-        documents = {name: _unflatten(value, shape[0], shape[1]) for name, value in parsed.items()}
+        documents = {name: unflatten(value, shape[0], shape[1]) for name, value in parsed.items()}
         context = tf.io.parse_example(contexts, context_specs) if context_specs else {}
         return context, documents, mask
 

@@ -146,7 +146,10 @@ def test_the_trainers_workers_are_not_forks_and_end_with_it_on_sigterm(big_file,
     _, err = ended(process, 120)
     assert process.returncode == 128 + signal.SIGTERM, err
     assert err.strip().splitlines()[-1].startswith("python -m trainer train: stopped by SIGTERM")
-    assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
+    deadline = time.monotonic() + 10
+    while left := [pid for pid in workers if _running(pid)]:
+        assert time.monotonic() < deadline, f"workers {left} outlived the trainer by 10 s"
+        time.sleep(0.05)
 
 
 def test_the_trainers_conversion_with_tensorflow_running_never_forks(big_file, tmp_path):
@@ -182,3 +185,38 @@ def test_the_trainers_conversion_with_tensorflow_running_never_forks(big_file, t
         busy.join()
     assert forks == []
     assert counts == {sum(1 for _ in letor.scan(big_file).docs_per_query)}
+
+
+def test_workers_end_at_once_when_their_caller_dies_mid_call(tmp_path):
+    """A caller that exits without leaving the pool (os._exit here; in the trainer, SIGTERM raised
+    while the parser's generator is open) leaves no worker finishing queued calls."""
+    (tmp_path / "napping.py").write_text("import time\ndef nap(s):\n    time.sleep(s)\n    return s\n")
+    caller = (
+        "import importlib.util, os, sys\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from tfapprox.data.worker_pool import WorkerPool\n"
+        f"spec = importlib.util.spec_from_file_location('napping', {str(tmp_path / 'napping.py')!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        "pool = WorkerPool(module, 'nap', 1, what='naps')\n"
+        "calls = pool.map([(30.0,)] * 2)\n"
+        "print(pool._workers[0].pid, flush=True)\n"
+        "next(calls)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", caller], stdout=subprocess.PIPE, text=True)
+    pid = int(process.stdout.readline())
+    time.sleep(1.0)  # the worker is inside its first 30 s call
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 10
+    while _running(pid):
+        assert time.monotonic() < deadline, "the worker outlived its caller by 10 s"
+        time.sleep(0.05)
+
+
+def _running(pid):
+    """False once `pid` has exited (gone, or a zombie no one has reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -14,7 +14,9 @@ Calls go round-robin over the workers and come back in order. The caller waits a
 seconds (default 300) for any one reply or request: a worker that died (killed, out of memory), answers nothing
 or fails outside the function raises :class:`WorkerError` naming ``what`` (the file being parsed),
 never a hang. Exceptions the function raises are re-raised in the caller as they are. Leaving the
-pool (``with``, or closing the iterator of :meth:`WorkerPool.map`) kills the workers.
+pool (``with``, or closing the iterator of :meth:`WorkerPool.map`) kills the workers; a caller that
+ends without leaving it (killed, or stopped with the pool's generator still open) closes their stdin,
+and each exits at once, in the middle of a call too.
 
 Standard library only, besides the loaded module: a worker loads this file as it loads the module.
 """
@@ -197,7 +199,7 @@ class _Worker:
 # --------------------------------------------------------------------------------------------------
 def _serve(module_name: str, module_path: str, function_name: str) -> None:
     """Runs in a worker: answers each request on stdin with the function's result on stdout, until
-    stdin closes (the caller ended, or left the pool)."""
+    stdin closes (the caller ended, or left the pool), which ends the worker at once."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_DFL)
     # The module's parent packages stand in as empty modules: pickle looks objects up by their
@@ -214,7 +216,8 @@ def _serve(module_name: str, module_path: str, function_name: str) -> None:
     requests: queue.Queue = queue.Queue()
     threading.Thread(target=_read_requests, args=(sys.stdin.buffer, requests), daemon=True).start()
     replies = sys.stdout.buffer
-    while (args := requests.get()) is not None:
+    while True:
+        args = requests.get()
         try:
             reply = ("ok", function(*args))
         except Exception as err:  # noqa: BLE001 - handed to the caller, which raises it
@@ -236,6 +239,8 @@ def _load(name: str, path: str):
 
 
 def _read_requests(stream, requests: queue.Queue) -> None:
+    """Queues each request; at the end of stdin the worker exits at once, whatever it is doing:
+    the caller has ended (or left the pool) and reads no more replies, so none is worth finishing."""
     while len(header := stream.read(_HEADER_BYTES)) == _HEADER_BYTES:
         requests.put(pickle.loads(stream.read(int.from_bytes(header, "little"))))
-    requests.put(None)
+    os._exit(0)

@@ -316,14 +316,21 @@ class _Signatures:
         self.bounds = bounds
         self.spec = _document_spec(num_features, example_layout)
         self.depends_on_list = scores_depend_on_list(model)
+        # The model is traced once, into one function every signature calls, not once per trace
+        # of each signature (six signatures, each traced twice by the export).
+        self.scores = tf.function(
+            lambda features, mask: model({"features": features, "mask": mask}, training=False),
+            input_signature=[tf.TensorSpec([None, None, num_features], tf.float32),
+                             tf.TensorSpec([None, None], tf.bool)],
+            autograph=False,
+        )
         # A scorer trained on data with missing values (its `handles_missing`) reads NaN as one.
         self.allows_nan = bool(getattr(model, "handles_missing", False))
 
     def score(self, signature, features, mask, lists=True):
         """Returns the scores [B, L] of `features` (`checked_scores`)."""
-        return checked_scores(
-            signature, self.bounds, mask,
-            lambda mask: self.model({"features": features, "mask": mask}, training=False), lists)
+        return checked_scores(signature, self.bounds, mask,
+                              lambda mask: self.scores(features, mask), lists)
 
     def parse(self, signature, requests, documents, wrong_proto, lists):
         """Returns features [B, L, F] (0 on padded slots) and mask [B, L] of `requests` [B],

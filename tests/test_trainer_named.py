@@ -8,6 +8,7 @@ import json
 import shutil
 
 import pytest
+import yaml
 
 from tfapprox.data import infer_spec, write_named
 from trainer.__main__ import main
@@ -144,7 +145,6 @@ def sequence_examples(tmp_path_factory):
     (lambda r, s: {"--feature-spec": r["dir"] / "bad_key.json"}, 2, "unknown key(s) 'colour'"),
     (lambda r, s: {"--train": s["train"]}, 1, "SequenceExamples but"),
     (lambda r, s: {"--data-dir": r["dir"]}, 2, "not a LETOR data.dir"),
-    (lambda r, s: {"--recipe": "recommended"}, 2, "--recipe"),
     (lambda r, s: {"--model": "adarank"}, 2, "AdaRank"),
 ])
 def test_bad_input_is_one_line(records, sequence_examples, tmp_path, change, status, message):
@@ -157,9 +157,56 @@ def test_bad_input_is_one_line(records, sequence_examples, tmp_path, change, sta
     assert not (tmp_path / "run" / "checkpoint.npz").exists()
 
 
-def test_an_ensemble_of_named_runs_is_refused(trained, tmp_path):
+def test_a_recipe_plans_its_members_over_the_spec(records, tmp_path):
+    flags = {flag: value for flag, value in named_flags(records, tmp_path / "recipe").items()
+             if flag in ("--feature-spec", "--train", "--vali", "--test", "--run-dir")}
+    status, out, err = run_main(train_argv(flags, "--recipe", "recommended", "--print-config"))
+    assert status == 0, err
+    members = yaml.safe_load(out)
+    assert len(members) == 3
+    assert {m["data"]["feature_spec"] for m in members.values()} == {records["spec"]}
+
+
+def test_an_ensemble_of_named_runs_is_fitted_evaluated_and_served_by_name(trained, records,
+                                                                         tmp_path):
+    """Two members over one spec (the trained run and a copy of it: the ensemble of two equal
+    members scores as one standardised member), then a member over another spec is refused."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from trainer import named_data
+
     run_dir, _, _ = trained
-    status, _, err = run_main(["ensemble", "--members", str(run_dir), "--run-dir",
-                               str(tmp_path / "ensemble"), "--no-export"])
-    assert status == 2 and err.count("\n") == 1 and "named features" in err
-    assert not (tmp_path / "ensemble").exists()
+    twin = tmp_path / "twin"
+    shutil.copytree(run_dir, twin)
+    status, out, err = run_main(["ensemble", "--members", str(run_dir), str(twin), "--run-dir",
+                                 str(tmp_path / "ensemble"), "--export-dir", str(tmp_path / "sm"),
+                                 "--name", "ensemble"])
+    assert status == 0, err
+    results = json.loads((tmp_path / "ensemble" / "results.json").read_text())
+    assert [m["run_dir"] for m in results["members"]] == [str(run_dir), str(twin)]
+    assert results["offsets"][0] == pytest.approx(results["offsets"][1])
+    ensemble = keras.saving.load_model(tmp_path / "ensemble" / "ensemble.keras")
+    spec = named_data.load_spec(records["spec"])
+    features, labels = next(iter(named_data.eval_dataset([records["test"]], spec, 4)))
+    expected = np.asarray(ensemble(features))
+    requests = list(tf.data.TFRecordDataset(records["test"]).take(4).as_numpy_iterator())
+    served = tf.saved_model.load(results["export_path"]).signatures["serving_default"](
+        elwc=tf.constant(requests))
+    (scores,) = served.values()
+    valid = np.asarray(labels) >= 0
+    assert np.ptp(expected[valid]) > 0
+    np.testing.assert_allclose(np.asarray(scores)[valid], expected[valid], atol=1e-5)
+
+    spec_file = json.loads(open(records["spec"]).read())
+    spec_file["document"] = [{**f, "name": "renamed"} if f["name"] == "document_tokens" else f
+                              for f in spec_file["document"]]
+    (records["dir"] / "other_spec.json").write_text(json.dumps(spec_file))
+    config = json.loads((twin / "config.json").read_text())
+    config["data"]["feature_spec"] = str(records["dir"] / "other_spec.json")
+    (twin / "config.json").write_text(json.dumps(config))
+    status, _, err = run_main(["ensemble", "--members", str(run_dir), str(twin), "--run-dir",
+                               str(tmp_path / "refused"), "--no-export"])
+    assert status == 2 and err.count("\n") == 1 and "trained on other inputs" in err, err
+    assert not (tmp_path / "refused").exists()

@@ -40,8 +40,11 @@ class ScoreEnsemble(keras.Model):
 
     Args:
         members: The scorers, each taking `{"features": [B, L, F], "mask": [B, L]}` and
-            returning `[B, L]` (or `[B, L, 1]`), e.g. trained `tfapprox.models.DNNScorer`s.
-            They keep their weights; fitting the ensemble trains them together.
+            returning `[B, L]` (or `[B, L, 1]`), e.g. trained `tfapprox.models.DNNScorer`s;
+            or scorers over named features (`tfapprox.named_inputs.NamedFeatureScorer`), all
+            over one feature spec, each taking the features by name with the mask under the
+            spec's `mask_feature_name`, as the ensemble then does. They keep their weights;
+            fitting the ensemble trains them together.
 
     `offsets` (μ_m) and `scales` (σ_m) are weights, 0 and 1 until `adapt` sets them; saved
     models, checkpoints and exports carry them. Padded slots score 0.
@@ -52,6 +55,12 @@ class ScoreEnsemble(keras.Model):
         members = list(members)
         if not members:
             raise ValueError("ScoreEnsemble needs at least one member; received none.")
+        specs = {getattr(member, "spec", None) for member in members}
+        specs = {spec if spec is None else spec.model_inputs() for spec in specs}
+        if len(specs) > 1:
+            raise ValueError("ScoreEnsemble members must take the same inputs: all the features "
+                             "vector, or all one feature spec; received members over "
+                             f"{len(specs)} different ones.")
         self.members = members
         self.offsets = self.add_weight(shape=(len(members),), initializer="zeros",
                                        trainable=False, name="offsets", autocast=False)
@@ -69,18 +78,29 @@ class ScoreEnsemble(keras.Model):
             if not member.built:
                 member.build(input_shape)
 
+    @property
+    def spec(self):
+        """The feature spec of members over named features (None for vector features)."""
+        return getattr(self.members[0], "spec", None)
+
+    def _inputs_and_mask(self, inputs):
+        """Returns what each member takes and the mask `[B, L]` of `inputs`."""
+        if self.spec is None:
+            features, mask = split_inputs(inputs)
+            return {"features": features, "mask": mask}, mask
+        return inputs, ops.cast(inputs[self.spec.mask_feature_name], "bool")
+
     def member_scores(self, inputs, training=False):
         """Returns each member's scores, stacked: `[B, L, k]`, float32."""
-        features, mask = split_inputs(inputs)
+        given, mask = self._inputs_and_mask(inputs)
         shape = ops.shape(mask)
         return ops.stack([
-            ops.reshape(ops.cast(member({"features": features, "mask": mask}, training=training),
-                                 "float32"), shape)
+            ops.reshape(ops.cast(member(given, training=training), "float32"), shape)
             for member in self.members
         ], axis=-1)
 
     def call(self, inputs, training=False):
-        _, mask = split_inputs(inputs)
+        _, mask = self._inputs_and_mask(inputs)
         standardised = (self.member_scores(inputs, training) - self.offsets) / self.scales
         scores = ops.mean(standardised, axis=-1)
         return ops.where(mask, scores, ops.zeros_like(scores))
@@ -99,7 +119,7 @@ class ScoreEnsemble(keras.Model):
         count = 0
         for batch in batches:
             inputs = batch[0] if isinstance(batch, tuple) else batch
-            _, mask = split_inputs(inputs)
+            _, mask = self._inputs_and_mask(inputs)
             scores = ops.convert_to_numpy(self.member_scores(inputs)).astype(np.float64)
             real = scores[ops.convert_to_numpy(mask)]
             finite = np.isfinite(real)
@@ -127,6 +147,8 @@ class ScoreEnsemble(keras.Model):
         return self
 
     def compute_output_shape(self, input_shape):
+        if self.spec is not None:
+            return tuple(input_shape[self.spec.mask_feature_name])
         feature_shape = input_shape["features"] if isinstance(input_shape, dict) else input_shape
         return tuple(feature_shape[:-1])
 
@@ -142,3 +164,4 @@ class ScoreEnsemble(keras.Model):
         config = dict(config)
         members = [keras.saving.deserialize_keras_object(m) for m in config.pop("members")]
         return cls(members, **config)
+

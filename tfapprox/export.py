@@ -178,12 +178,9 @@ def _named_vocabularies(model, spec):
                          f"{type(spec).__name__}.")
     model_spec = getattr(model, "spec", None)
     if isinstance(model_spec, FeatureSpec):
-        def features(s):
-            return [(f.name, f.dtype, f.length, f.default, f.transform, f.vocabulary,
-                     f.embedding_dim) for f in s.context + s.document]
-
-        if features(model_spec) != features(spec):
-            differ = sorted({f[0] for f in set(features(model_spec)) ^ set(features(spec))})
+        if model_spec.model_inputs() != spec.model_inputs():
+            differ = sorted({f[0] for f in set(model_spec.model_inputs()) ^ set(
+                spec.model_inputs())})
             raise ValueError(f"the model was built over another feature spec than feature_spec: "
                              f"features {', '.join(map(repr, differ))} differ.")
     own = getattr(model, "lookup", None)

@@ -354,15 +354,7 @@ def _recipe_plan(args: argparse.Namespace, values: dict[str, Any] | None = None,
     if values is None:
         values = config_lib.load_dict(args.config)
         overrides = _overrides(args, values)
-    if overrides.get("data.feature_spec", values["data"].get("feature_spec")) is not None:
-        raise _named_refused("--recipe")
     return recipes.plan(args.recipe, values, overrides)
-
-
-def _named_refused(what: str) -> ValueError:
-    """The error for what does not take runs over named features yet."""
-    return ValueError(f"{what} does not take runs over named features (data.feature_spec) yet: "
-                      "train them one by one with `train --feature-spec`")
 
 
 def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
@@ -452,8 +444,9 @@ def _check(command: str, config: config_lib.Config, dist, members: Sequence[str]
     export target, an ensemble's run directory (`members`: its members' run directories)."""
     from trainer import build, cv, data, export, run_files
 
-    if config.data.feature_spec is not None and command in ("cv", "ensemble"):
-        raise _named_refused(f"`{command}`")
+    if config.data.feature_spec is not None and command == "cv":
+        raise ValueError("`cv` does not take runs over named features (data.feature_spec): it "
+                         "reads a LETOR fold layout; train each fold with `train --feature-spec`")
     if recipe_plan is not None and command == "train":
         from trainer import recipes
 
@@ -475,6 +468,7 @@ def _check(command: str, config: config_lib.Config, dist, members: Sequence[str]
         from trainer import ensemble
 
         ensemble.check_run_dir(config.train.run_dir, members)
+        ensemble.check_same_inputs([ensemble.member_config(member) for member in members])
         run_files.check_claimable(config.train.run_dir)
     if command == "export" or (command in ("train", "ensemble") and config.export.enabled):
         export.check_export_target(config)

@@ -60,6 +60,30 @@ def check_run_dir(run_dir: str, members: list[str]) -> None:
                          "results.json would replace the run's: choose another")
 
 
+def check_same_inputs(configs: list[Config]) -> None:
+    """Raises ValueError if some members were trained on vector features and others over a
+    feature spec (`data.feature_spec`), or over specs naming other features: one model scores
+    them all from the same request."""
+    from trainer import named_data
+
+    def inputs(config):
+        spec = config.data.feature_spec
+        return None if spec is None else named_data.load_spec(spec).model_inputs()
+
+    first = inputs(configs[0])
+    for config in configs[1:]:
+        if inputs(config) != first:
+            raise ValueError(
+                f"member {config.train.run_dir} was trained on other inputs than member "
+                f"{configs[0].train.run_dir} ({_inputs_named(config)} vs "
+                f"{_inputs_named(configs[0])}): an ensemble's members score the same requests")
+
+
+def _inputs_named(config: Config) -> str:
+    spec = config.data.feature_spec
+    return "vector features" if spec is None else f"the features of {spec}"
+
+
 def check_finished(configs: list[Config]) -> None:
     """Raises ValueError naming a member that a live trainer still holds or whose run did not
     finish (its checkpoint has fewer epochs than planned and it did not stop early): its best

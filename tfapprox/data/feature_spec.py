@@ -154,6 +154,13 @@ class FeatureSpec:
         if not self.document:
             raise FeatureSpecError("a spec needs at least one document feature")
 
+    def model_inputs(self) -> tuple:
+        """What a model built over this spec reads, comparable between specs: for each context
+        and document feature, its name, dtype, length, default, transform, vocabulary and
+        embedding width (not the label, nor the counts of missing values)."""
+        return tuple((f.name, f.dtype, f.length, f.default, f.transform, f.vocabulary,
+                      f.embedding_dim) for f in self.context + self.document)
+
     def context_feature_spec(self) -> dict:
         """``{name: tf.io spec}`` of the context features, as TF-Ranking takes them."""
         return {f.name: f.io_spec() for f in self.context}

@@ -1,9 +1,17 @@
-"""The scripts in examples/ run as a user runs them (a subprocess, tiny settings) and print results."""
+"""The scripts in examples/ run as a user runs them (tiny settings) and print results.
 
+Each would start TensorFlow on its own, 8-9 CPU seconds, more than most of them then train, so all
+of them run in one Python process, one after another, each as `python examples/SCRIPT ARGS` runs
+it: as `__main__`, with examples/ first on sys.path, its own arguments, working directory, stdout
+and stderr, a fresh Keras session, and its exit status as the interpreter would give it."""
+
+import json
 import os
 import re
 import subprocess
 import sys
+import textwrap
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,15 +23,89 @@ pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not sl
 EXAMPLES = REPO / "examples"
 TINY_DATA = ["--queries", "12", "--docs", "6", "--features", "5"]  # the generated set
 TINY_TRAINING = ["--epochs", "1", "--batch-size", "4"]
+TINY_NAMED = ["--num-lists", "30", "--num-epochs", "1", "--train-batch-size", "8",
+              "--hidden-layer-dims", "16"]
+NAMED_RESULT = r"(?m)^test NDCG@1 [0-9.]+, NDCG@5 ([0-9.]+), NDCG@10 [0-9.]+, MAP [0-9.]+$"
+RELOADED = r"(?m)^reloaded model\.keras: its scores on the (\d+) test lists equal the trained"
+
+# Runs each {"script", "args", "cwd"} of argv[1] (JSON) as the interpreter runs a script; prints
+# {name: {"status", "stdout", "stderr"}} as JSON.
+RUN_EACH = textwrap.dedent("""
+    import contextlib, io, json, os, runpy, sys, traceback
+
+    results = {}
+    for name, run in json.loads(sys.argv[1]).items():
+        if "keras" in sys.modules:
+            sys.modules["keras"].utils.clear_session()
+        os.chdir(run["cwd"])
+        sys.argv, sys.path[0] = [run["script"], *run["args"]], os.path.dirname(run["script"])
+        out, err, status = io.StringIO(), io.StringIO(), 0
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(run["script"], run_name="__main__")
+            except SystemExit as exit_:
+                if isinstance(exit_.code, int) or exit_.code is None:
+                    status = exit_.code or 0
+                else:
+                    print(exit_.code, file=sys.stderr)
+                    status = 1
+            except BaseException:
+                traceback.print_exc()
+                status = 1
+        results[name] = {"status": status, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    print(json.dumps(results))
+""")
 
 
-def run_example(script, *args, cwd):
-    """Runs examples/`script` with `args` in `cwd`; returns its stdout, failing with its stderr."""
+def run_examples(runs):
+    """Runs `runs` ({name: (script, args, cwd)}) in one fresh Python, in order; returns {name:
+    {"status", "stdout", "stderr"}}."""
+    todo = {name: {"script": str(EXAMPLES / script), "args": list(map(str, args)), "cwd": str(cwd)}
+            for name, (script, args, cwd) in runs.items()}
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run([sys.executable, str(EXAMPLES / script), *map(str, args)], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{script} exited {done.returncode}:\n{done.stderr[-3000:]}"
-    return done.stdout
+    done = subprocess.run([sys.executable, "-c", RUN_EACH, json.dumps(todo)], env=env,
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """Every example's run (the data it reads written first): its status, stdout and stderr by name
+    in `results`, the directory it ran in by name in `where`."""
+    where = {name: tmp_path_factory.mktemp(name) for name in (
+        "letor", "loop", "export", "refuse", "numeric", "tokens")}
+    write_splits(where["letor"] / "Fold1", num_queries=12, docs_per_query=6, num_features=5)
+    refused = write_splits(where["refuse"] / "Fold1", num_queries=12, docs_per_query=6,
+                           num_features=5)["train"]
+    refused.write_text(re.sub(r"^\d+ ", "0 ", refused.read_text(), flags=re.M))
+    write_named(where["numeric"] / "data", "numeric", num_lists=30)
+    exported = where["export"] / "exports" / "approx_ap_b64" / "1"
+    runs = {
+        "letor": ("keras_fit_letor.py", ["--data-dir", where["letor"] / "Fold1", *TINY_TRAINING]),
+        "loop": ("custom_training_loop.py", [*TINY_DATA, "--epochs", "2"]),
+        "export": ("deep_scorer_export.py", [*TINY_DATA, *TINY_TRAINING,
+                                             "--export-dir", where["export"] / "exports"]),
+        "score": ("score_with_export.py", [exported, "--lengths", "4", "2"]),
+        "refuse": ("keras_fit_letor.py", ["--data-dir", where["refuse"] / "Fold1",
+                                          *TINY_TRAINING]),
+        "numeric": ("keras_dnn_tfrecord.py", [
+            "--data-dir", where["numeric"] / "data", "--use-log1p", "--list-size", "16",
+            "--model-dir", where["numeric"] / "model", *TINY_NAMED]),
+        "tokens": ("antique_kpl_din.py", [*TINY_NAMED, "--head-size", "8",
+                                          "--num-attention-heads", "2"]),
+    }
+    cwd = {"score": "export"}
+    results = run_examples({name: (script, args, where[cwd.get(name, name)])
+                            for name, (script, args) in runs.items()})
+    return SimpleNamespace(results=results, where=where, exported=exported, refused=refused)
+
+
+def succeeded(ran, name):
+    """The stdout of run `name`, which must have exited 0."""
+    result = ran.results[name]
+    assert result["status"] == 0, f"{name} exited {result['status']}:\n{result['stderr'][-3000:]}"
+    return result["stdout"]
 
 
 def measure(pattern, text):
@@ -35,72 +117,52 @@ def measure(pattern, text):
     return value
 
 
-def test_keras_fit_on_a_letor_fold_directory(tmp_path):
-    write_splits(tmp_path / "Fold1", num_queries=12, docs_per_query=6, num_features=5)
-    out = run_example("keras_fit_letor.py", "--data-dir", tmp_path / "Fold1", *TINY_TRAINING,
-                      cwd=tmp_path)
-    measure(r"test NDCG@5 ([0-9.]+) \(its smooth approximation ([0-9.]+)\)", out)
+def test_keras_fit_on_a_letor_fold_directory(ran):
+    measure(r"test NDCG@5 ([0-9.]+) \(its smooth approximation ([0-9.]+)\)", succeeded(ran, "letor"))
 
 
-def test_custom_training_loop_reports_each_epoch(tmp_path):
-    out = run_example("custom_training_loop.py", *TINY_DATA, "--epochs", "2", cwd=tmp_path)
+def test_custom_training_loop_reports_each_epoch(ran):
+    out = succeeded(ran, "loop")
     assert len(re.findall(r"^epoch \d: train loss -?[0-9.]+, validation MAP", out, re.M)) == 2, out
     measure(r"epoch 2: .* validation MAP ([0-9.]+)", out)
 
 
-def test_export_then_score_it_through_both_signatures(tmp_path):
-    out = run_example("deep_scorer_export.py", *TINY_DATA, *TINY_TRAINING,
-                      "--export-dir", tmp_path / "exports", cwd=tmp_path)
+def test_export_then_score_it_through_both_signatures(ran):
+    out = succeeded(ran, "export")
     measure(r"test MAP ([0-9.]+)", out)
-    version_dir = re.search(r"^exported (.+)$", out, re.M).group(1)
-    assert version_dir == str(tmp_path / "exports" / "approx_ap_b64" / "1"), out
+    assert re.search(r"^exported (.+)$", out, re.M).group(1) == str(ran.exported), out
 
-    out = run_example("score_with_export.py", version_dir, "--lengths", "4", "2", cwd=tmp_path)
+    out = succeeded(ran, "score")
     assert re.search(r"^list 0: scores \[(-?[0-9.]+, ){3}-?[0-9.]+\], ranking", out, re.M), out
     assert re.search(r"^list 1: scores \[-?[0-9.]+, -?[0-9.]+\], ranking", out, re.M), out
     assert "score_features and serving_default agree on every document" in out
 
 
-def test_examples_refuse_to_train_on_a_fold_without_relevant_documents(tmp_path):
+def test_examples_refuse_to_train_on_a_fold_without_relevant_documents(ran):
     """As the trainer does: with all labels 0 there is nothing to learn, and a test NDCG printed
     after training on it would mean nothing."""
-    fold = write_splits(tmp_path / "Fold1", num_queries=12, docs_per_query=6, num_features=5)
-    train = fold["train"]
-    train.write_text(re.sub(r"^\d+ ", "0 ", train.read_text(), flags=re.M))
-    done = subprocess.run([sys.executable, str(EXAMPLES / "keras_fit_letor.py"), "--data-dir",
-                           str(tmp_path / "Fold1"), *TINY_TRAINING], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0 and "NDCG" not in done.stdout, done.stdout
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"error: the training split ({train}) has no relevant document (no label above 0): "
-        "there is nothing to learn")
+    done = ran.results["refuse"]
+    assert done["status"] != 0 and "NDCG" not in done["stdout"], done["stdout"]
+    assert done["stderr"].strip().splitlines()[-1] == (
+        f"error: the training split ({ran.refused}) has no relevant document (no label above "
+        "0): there is nothing to learn")
 
 
-TINY_NAMED = ["--num-lists", "30", "--num-epochs", "1", "--train-batch-size", "8",
-              "--hidden-layer-dims", "16"]
-NAMED_RESULT = r"(?m)^test NDCG@1 [0-9.]+, NDCG@5 ([0-9.]+), NDCG@10 [0-9.]+, MAP [0-9.]+$"
-RELOADED = r"(?m)^reloaded model\.keras: its scores on the (\d+) test lists equal the trained"
-
-
-def test_keras_dnn_tfrecord_on_named_numeric_records(tmp_path):
+def test_keras_dnn_tfrecord_on_named_numeric_records(ran):
     """TF-Ranking's numeric ELWC program: the user's records (--data-dir), log1p by the spec,
     training lists of 16, evaluated, saved to --model-dir and reloaded to score the 6 test
     lists."""
-    write_named(tmp_path / "data", "numeric", num_lists=30)
-    out = run_example("keras_dnn_tfrecord.py", "--data-dir", tmp_path / "data", "--use-log1p",
-                      "--list-size", "16", "--model-dir", tmp_path / "model", *TINY_NAMED,
-                      cwd=tmp_path)
+    out = succeeded(ran, "numeric")
     assert "spec: 136 document features, label 'utility'" in out, out
     measure(NAMED_RESULT, out)
     assert re.search(RELOADED, out).group(1) == "6", out
-    assert (tmp_path / "model" / "model.keras").is_file()
+    assert (ran.where["numeric"] / "model" / "model.keras").is_file()
 
 
-def test_antique_kpl_din_on_generated_token_records(tmp_path):
+def test_antique_kpl_din_on_generated_token_records(ran):
     """TF-Ranking's antique program on generated query/document tokens and vocab.txt: lookup,
     shared embedding, ConcatFeatures, DocumentInteractionAttention; the saved model (lookup
     inside) scores raw tokens as the trained one scores their ids."""
-    out = run_example("antique_kpl_din.py", *TINY_NAMED, "--head-size", "8",
-                      "--num-attention-heads", "2", cwd=tmp_path)
+    out = succeeded(ran, "tokens")
     measure(NAMED_RESULT, out)
     assert re.search(RELOADED, out).group(1) == "6", out

@@ -3,7 +3,8 @@ and the device check `benchmarks/gpu.py` run on JAX in a process where TensorFlo
 imported, as on a GPU machine that has JAX but no TensorFlow; the trainer trains on JAX
 (`--backend jax`) and its export serves as the JAX model scores.
 
-Each test starts its own JAX process, so they run in the TensorFlow pass of the suite.
+The checks off TensorFlow share one JAX process (`off_tensorflow`), each its own section of it (JAX
+and Keras start once, not once a check); they run in the TensorFlow pass of the suite.
 """
 
 import importlib.util
@@ -21,7 +22,7 @@ import cpp_loader
 from conftest import REPO
 from test_serving_cpp import runner  # noqa: F401  (the compiled C++ loader, a fixture)
 
-# Installed first in the child process: any import of a BLOCKED package (or a submodule) raises.
+# Installed first in the child process: any import of a package in BLOCKED (or a submodule) raises.
 _BLOCK_PACKAGES = textwrap.dedent("""
     import sys
 
@@ -34,15 +35,37 @@ _BLOCK_PACKAGES = textwrap.dedent("""
 """)
 TENSORFLOW = ("tensorflow", "tensorflow_serving", "tf_keras")
 
+# Runs the sections of argv[1] (JSON: [name, code, also blocked]) in order, each with TensorFlow
+# and its own packages blocked and its stdout captured (a SystemExit of 0 ends it well); prints
+# {name: {"ok", "stdout", "error"}} as JSON.
+_RUN_SECTIONS = textwrap.dedent("""
+    import contextlib, io, json, textwrap, traceback
 
-def run_without_tensorflow(code, *, also_blocked=(), timeout=300):
-    """Runs `code` in a fresh Python with KERAS_BACKEND=jax and TensorFlow (and `also_blocked`)
-    unimportable; returns the CompletedProcess, and fails the test with its stderr if it exits
-    non-zero."""
+    results = {}
+    for name, code, also_blocked in json.loads(sys.argv[1]):
+        BLOCKED[:] = [*TENSORFLOW, *also_blocked]
+        out, ok, error = io.StringIO(), True, ""
+        with contextlib.redirect_stdout(out):
+            try:
+                exec(compile(textwrap.dedent(code), name, "exec"), {"__name__": "__main__"})
+            except SystemExit as exit_:
+                ok = exit_.code in (0, None)
+                error = "" if ok else f"SystemExit({exit_.code!r})"
+            except BaseException:
+                ok, error = False, traceback.format_exc()
+        results[name] = {"ok": ok, "stdout": out.getvalue(), "error": error}
+    print(json.dumps(results))
+""")
+
+
+def run_without_tensorflow(code, *, timeout=300, argv=()):
+    """Runs `code` (`argv` its arguments) in a fresh Python with KERAS_BACKEND=jax and TensorFlow
+    unimportable (and what BLOCKED lists besides); returns the CompletedProcess, and fails the test
+    with its stderr if it exits non-zero."""
     env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO),
            "JAX_PLATFORMS": "cpu"}
-    blocker = f"BLOCKED = {TENSORFLOW + tuple(also_blocked)!r}\n" + _BLOCK_PACKAGES
-    done = subprocess.run([sys.executable, "-c", blocker + textwrap.dedent(code)],
+    blocker = f"TENSORFLOW = {TENSORFLOW!r}\nBLOCKED = [*TENSORFLOW]\n" + _BLOCK_PACKAGES
+    done = subprocess.run([sys.executable, "-c", blocker + textwrap.dedent(code), *argv],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-4000:]
     return done
@@ -50,6 +73,7 @@ def run_without_tensorflow(code, *, also_blocked=(), timeout=300):
 
 FIT_WITHOUT_TENSORFLOW = """
     import json
+    import sys
     import keras
     import numpy as np
     import tfapprox
@@ -84,9 +108,47 @@ FIT_WITHOUT_TENSORFLOW = """
 """
 
 
-def test_scorer_fits_on_jax_without_tensorflow():
-    done = run_without_tensorflow(FIT_WITHOUT_TENSORFLOW)
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+def gpu_benchmark_code(*args):
+    """The code of `python -m benchmarks.gpu ARGS`, checking that TensorFlow stayed out."""
+    return f"""
+        import runpy
+        import sys
+        sys.argv = ["benchmarks/gpu.py", *{list(args)!r}]
+        try:
+            runpy.run_module("benchmarks.gpu", run_name="__main__")
+        finally:
+            assert "tensorflow" not in sys.modules
+    """
+
+
+WITH_RAX = importlib.util.find_spec("rax") is not None
+
+
+@pytest.fixture(scope="module")
+def off_tensorflow():
+    """{section: its stdout} of the checks below, run in one process without TensorFlow, in this
+    order: --help first, with Rax blocked too, before anything could have imported it."""
+    sections = [
+        ("gpu --help", gpu_benchmark_code("--help"), ["rax"]),
+        ("fit", FIT_WITHOUT_TENSORFLOW, []),
+        ("gpu --tiny", gpu_benchmark_code("--tiny", *(["--rax"] if WITH_RAX else [])), []),
+        ("gpu --paths", gpu_benchmark_code("--tiny", "--paths", "--lists", "12x2"), []),
+        ("gpu --scorers", gpu_benchmark_code("--tiny", "--scorers"), []),
+    ]
+    done = run_without_tensorflow(_RUN_SECTIONS, argv=[json.dumps(sections)], timeout=900)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def section_output(off_tensorflow, name):
+    """The stdout of section `name`, which must have ended well."""
+    section = off_tensorflow[name]
+    assert section["ok"], f"{name}:\n{section['error'][-4000:]}"
+    return section["stdout"]
+
+
+@pytest.mark.slow  # its section shares the process of the device check's tiny runs
+def test_scorer_fits_on_jax_without_tensorflow(off_tensorflow):
+    result = json.loads(section_output(off_tensorflow, "fit").strip().splitlines()[-1])
     assert result["backend"] == "jax"
     assert not result["tensorflow_loaded"]
     assert len(result["loss"]) == 3 and all(-1.0 <= value <= 0.0 for value in result["loss"])
@@ -183,22 +245,11 @@ def test_trainer_on_jax_exports_what_the_cpp_loader_serves(tmp_path, runner):
             np.testing.assert_allclose(outputs["scores"], on_jax["scores"], rtol=1e-5, atol=1e-5)
 
 
-def run_gpu_benchmark(*args, also_blocked=()):
-    """Returns the stdout of `python -m benchmarks.gpu ARGS` on the CPU without TensorFlow."""
-    return run_without_tensorflow(f"""
-        import runpy
-        sys.argv = ["benchmarks/gpu.py", *{list(args)!r}]
-        runpy.run_module("benchmarks.gpu", run_name="__main__")
-        assert "tensorflow" not in sys.modules
-    """, also_blocked=also_blocked).stdout
-
-
 @pytest.mark.slow
-def test_gpu_benchmark_runs_tiny_on_the_cpu_without_tensorflow():
+def test_gpu_benchmark_runs_tiny_on_the_cpu_without_tensorflow(off_tensorflow):
     """benchmarks/gpu.py, the device check, at sizes that take seconds (its figures mean nothing
     here): every section prints, beside Rax where Rax is installed."""
-    with_rax = importlib.util.find_spec("rax") is not None
-    out = run_gpu_benchmark("--tiny", *(["--rax"] if with_rax else []))
+    out = section_output(off_tensorflow, "gpu --tiny")
     assert out.startswith("Device: CPU")
     assert "One list of 2,000 documents, ApproxNDCG forward+backward: peak device memory not " \
            "available, XLA's temporaries " in out
@@ -209,19 +260,19 @@ def test_gpu_benchmark_runs_tiny_on_the_cpu_without_tensorflow():
         for list_size, batch in (("10", "4"), ("40", "2")):
             ours, rax, ratio, path = table[(row, list_size, batch)]
             assert number.fullmatch(ours) and path, (row, ours, path)
-            assert bool(number.fullmatch(rax)) == with_rax
-            assert ratio.endswith("×") == with_rax
+            assert bool(number.fullmatch(rax)) == WITH_RAX
+            assert ratio.endswith("×") == WITH_RAX
     assert table[("ListMLE", "10", "4")][3].startswith("XLA: network order")  # jit's path
     for policy in ("float32", "mixed_bfloat16"):
         assert re.search(rf"\| 10 \| 4 \| {policy} \| [\d,]+ \| [\d.]+% \|", out)
 
 
 @pytest.mark.slow
-def test_gpu_benchmark_times_each_path_setting_tiny():
+def test_gpu_benchmark_times_each_path_setting_tiny(off_tensorflow):
     """`--paths` times each pair-sum loss under every switch setting that applies to the list
     (the dense and 1024-column variants only above PairPlan.blocked_above, "no constants" only
     up to PairPlan.constant_free_above), each with its CPU time a step and XLA's temporaries."""
-    out = run_gpu_benchmark("--tiny", "--paths", "--lists", "12x2")
+    out = section_output(off_tensorflow, "gpu --paths")
     rows = [cells for cells in _table_rows(out) if cells[1] == "12"]
     expected = ["default", "per-pair exps", "factored exps", "constants kept", "no constants",
                 "per-pair exps, constants kept"]  # (benchmarks/gpu.py's PATH_VARIANTS)
@@ -236,10 +287,10 @@ def test_gpu_benchmark_times_each_path_setting_tiny():
 
 
 @pytest.mark.slow
-def test_gpu_benchmark_times_each_scorer_tiny():
+def test_gpu_benchmark_times_each_scorer_tiny(off_tensorflow):
     """`--scorers` times the training step of B1024, DASALC and DASALC with quantile inputs, each
     with its milliseconds a step and XLA's temporaries."""
-    out = run_gpu_benchmark("--tiny", "--scorers")
+    out = section_output(off_tensorflow, "gpu --scorers")
     rows = [cells for cells in _table_rows(out) if cells[1:4] == ["10", "4", "float32"]]
     assert [row[0] for row in rows] == ["B1024", "dasalc", "dasalc input_transform=quantile"]
     for row in rows:
@@ -252,6 +303,7 @@ def _table_rows(text):
             for line in text.splitlines() if line.startswith("|")]
 
 
-def test_gpu_benchmark_help_needs_neither_tensorflow_nor_rax():
-    out = run_gpu_benchmark("--help", also_blocked=("rax",))
+@pytest.mark.slow  # its section shares the process of the device check's tiny runs
+def test_gpu_benchmark_help_needs_neither_tensorflow_nor_rax(off_tensorflow):
+    out = section_output(off_tensorflow, "gpu --help")
     assert "python -m benchmarks.gpu" in out and "--rax" in out and "--tiny" in out

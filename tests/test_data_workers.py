@@ -23,22 +23,48 @@ NUM_FEATURES = 136
 DOCS_PER_QUERY = 120
 
 
-@pytest.fixture(scope="module")
-def big_file(tmp_path_factory):
-    """A dense LETOR file just over the size from which the reader parses with workers."""
-    path = tmp_path_factory.mktemp("big") / "train.txt"
+def write_dense_file(path, min_bytes):
+    """Writes a dense LETOR file of queries of DOCS_PER_QUERY documents, just over `min_bytes`."""
     rng = np.random.default_rng(7)
     bodies = [" ".join(f"{j + 1}:{v:.6f}" for j, v in enumerate(row))
               for row in rng.random((DOCS_PER_QUERY, NUM_FEATURES))]
     labels = rng.integers(0, 5, DOCS_PER_QUERY)
     size, qid = 0, 0
     with open(path, "w") as out:
-        while size <= letor_blocks.PARALLEL_BYTES + (2 << 20):
+        while size <= min_bytes:
             qid += 1
             block = "".join(f"{y} qid:{qid} {body}\n" for y, body in zip(labels, bodies))
             size += out.write(block)
+    return path
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory):
+    """A dense LETOR file just over the size from which the reader parses with workers (for the
+    command lines, fresh processes that read the package's own threshold)."""
+    path = write_dense_file(tmp_path_factory.mktemp("big") / "train.txt",
+                            letor_blocks.PARALLEL_BYTES + (2 << 20))
     assert letor.default_workers([path]) > 1 or os.cpu_count() == 1
     return path
+
+
+SMALL_PARALLEL_BYTES = 4 << 20  # this process's threshold for `parallel_file`
+
+
+@pytest.fixture(scope="module")
+def small_file(tmp_path_factory):
+    """A dense LETOR file of six 1 MB chunks, for tests in this process, which lower the threshold
+    to SMALL_PARALLEL_BYTES (`parallel_file`): the same workers, a tenth of the parsing."""
+    return write_dense_file(tmp_path_factory.mktemp("small") / "train.txt",
+                            SMALL_PARALLEL_BYTES + (2 << 20))
+
+
+@pytest.fixture
+def parallel_file(small_file, monkeypatch):
+    """`small_file`, parsed with workers in this process."""
+    monkeypatch.setattr(letor_blocks, "PARALLEL_BYTES", SMALL_PARALLEL_BYTES)
+    assert letor.default_workers([small_file]) > 1 or os.cpu_count() == 1
+    return small_file
 
 
 def user_environment():
@@ -108,9 +134,9 @@ def test_a_killed_worker_is_a_one_line_error_naming_the_file(big_file, tmp_path)
     assert not (tmp_path / "out").exists()
 
 
-def test_a_stuck_worker_is_an_error_after_the_bound_and_is_killed(big_file, monkeypatch):
+def test_a_stuck_worker_is_an_error_after_the_bound_and_is_killed(parallel_file, monkeypatch):
     monkeypatch.setattr(worker_pool, "DEFAULT_TIMEOUT_S", 2.0)
-    reader = letor.read_queries(big_file, NUM_FEATURES, assume_contiguous=True)
+    reader = letor.read_queries(parallel_file, NUM_FEATURES, assume_contiguous=True)
     next(reader)
     workers = parsing_workers(os.getpid())
     assert workers
@@ -118,8 +144,8 @@ def test_a_stuck_worker_is_an_error_after_the_bound_and_is_killed(big_file, monk
         os.kill(pid, signal.SIGSTOP)
     started = time.monotonic()
     with pytest.raises(worker_pool.WorkerError,
-                       match=rf"^{big_file}: parsing stopped: worker process \d+ gave no answer "
-                             r"for 2 s, and was killed$"):
+                       match=rf"^{parallel_file}: parsing stopped: worker process \d+ gave no "
+                             r"answer for 2 s, and was killed$"):
         list(reader)
     assert time.monotonic() - started < 30
     assert not set(workers) & set(_children(os.getpid()))
@@ -152,7 +178,7 @@ def test_the_trainers_workers_are_not_forks_and_end_with_it_on_sigterm(big_file,
         time.sleep(0.05)
 
 
-def test_the_trainers_conversion_with_tensorflow_running_never_forks(big_file, tmp_path):
+def test_the_trainers_conversion_with_tensorflow_running_never_forks(parallel_file, tmp_path):
     """Converts the file as the trainer does, three times, while TensorFlow's threads compute: no
     fork of this process (a child of a fork can deadlock on a lock one of those threads held),
     the same records each time, and no worker left."""
@@ -175,7 +201,7 @@ def test_the_trainers_conversion_with_tensorflow_running_never_forks(big_file, t
     try:
         counts = set()
         for attempt in range(3):
-            config = DataConfig(train=[str(big_file)], vali=[str(big_file)],
+            config = DataConfig(train=[str(parallel_file)], vali=[str(parallel_file)],
                                 cache_dir=str(tmp_path / f"cache{attempt}"), buckets=0)
             splits = data.resolve(config, print_fn=lambda _: None)
             counts.add(splits.num_train_lists)
@@ -184,7 +210,7 @@ def test_the_trainers_conversion_with_tensorflow_running_never_forks(big_file, t
         stop.set()
         busy.join()
     assert forks == []
-    assert counts == {sum(1 for _ in letor.scan(big_file).docs_per_query)}
+    assert counts == {sum(1 for _ in letor.scan(parallel_file).docs_per_query)}
 
 
 def test_workers_end_at_once_when_their_caller_dies_mid_call(tmp_path):

@@ -42,12 +42,12 @@ SCORERS = {  # as in test_models.py: Bruch et al.'s, and documents meeting throu
 }
 
 
-@pytest.fixture
-def text_spec(tmp_path):
+def write_text_spec(directory):
     """TF-Ranking's antique example's features (query and document tokens sharing a vocabulary),
-    an int64 category, and numbers under each transform, in context and document."""
-    (tmp_path / "vocab.txt").write_text("\n".join(WORDS) + "\n")
-    (tmp_path / "sites.txt").write_text("\n".join(map(str, SITES)) + "\n")
+    an int64 category, and numbers under each transform, in context and document; its vocabulary
+    files written to `directory`."""
+    (directory / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    (directory / "sites.txt").write_text("\n".join(map(str, SITES)) + "\n")
     return FeatureSpec(
         context=(Feature("query_tokens", "string", None, vocabulary="vocab.txt", embedding_dim=3),
                  Feature("query_length", "float32", 1, transform="log1p")),
@@ -58,7 +58,12 @@ def text_spec(tmp_path):
             Feature("clicks", "float32", 1, transform="log1p"),
             Feature("age", "float32", 1, transform="quantile"),
         ),
-        label="relevance", base_dir=str(tmp_path))
+        label="relevance", base_dir=str(directory))
+
+
+@pytest.fixture
+def text_spec(tmp_path):
+    return write_text_spec(tmp_path)
 
 
 NUMERIC_SPEC = FeatureSpec(
@@ -201,13 +206,19 @@ def test_quantiles_are_fitted_to_real_documents_only(text_spec):
                                np.quantile(ages, levels, axis=0), rtol=1e-6)
 
 
+# Tests whose property is not the compiled step take their training step op by op
+# (`run_eagerly=True`): the same ops, without tracing the step (3-7 s a model on a CI core against
+# under 1 s); fit under XLA below and on JAX run it compiled.
+
+
 def _trained_copy(spec, preset_kwargs, weights, features, labels):
     """A fresh model with `weights` after one SGD step on `features` (looked up)."""
     model = build_named_scorer(spec, "B64", hidden_units=HIDDEN, batch_norm_momentum=0.5,
                                **preset_kwargs)
     model.build()
     model.set_weights(weights)
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_masked_squared_error)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_masked_squared_error,
+                  run_eagerly=True)
     model.train_on_batch(features, labels)
     return model
 
@@ -259,7 +270,7 @@ def test_scores_are_permutation_equivariant(text_spec, scorer):
     ids = looked_up(text_spec, features)
     model = build_named_scorer(text_spec, "B64", hidden_units=HIDDEN, **SCORERS[scorer])
     model.build()
-    model.compile(optimizer="adam", loss=_masked_squared_error)
+    model.compile(optimizer="adam", loss=_masked_squared_error, run_eagerly=True)
     model.train_on_batch(ids, labels)  # no weight at its start
     permutation = np.random.default_rng(4).permutation(labels.shape[1])
     permuted = {name: value[:, permutation] if value.ndim > 2 or name == "example_list_mask"
@@ -270,7 +281,7 @@ def test_scores_are_permutation_equivariant(text_spec, scorer):
                                    rtol=1e-5, atol=1e-6)
 
 
-LIST_SIZES = (4, 9, 4, 9)  # the list dimension changes from batch to batch (two XLA compiles)
+LIST_SIZES = (4, 9)  # the list dimension changes from batch to batch (two XLA compiles)
 
 
 def variable_length_batches():
@@ -335,7 +346,7 @@ def test_save_and_load_round_trip_without_the_vocabulary_files(text_spec, tmp_pa
                                lookup=lookup)
     model.build()
     model.feature_inputs.adapt([looked_up(text_spec, features)])
-    model.compile(optimizer="adam", loss=_masked_squared_error)
+    model.compile(optimizer="adam", loss=_masked_squared_error, run_eagerly=True)
     model.train_on_batch(inputs, labels)
     path = tmp_path / "named.keras"
     model.save(path)
@@ -404,23 +415,16 @@ def test_bad_specs_and_inputs_are_named(text_spec, tmp_path):
         named_inputs.read_vocabulary(tmp_path / "nowhere.txt")
 
 
-@pytest.mark.slow
-def test_import_tfapprox_registers_the_layers():
-    code = ("import keras, tfapprox; print(sorted(k for k in keras.saving.get_custom_objects() "
-            "if k.startswith('tfapprox>')))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for name in ("ConcatFeatures", "DocumentInteractionAttention", "FeatureInputs",
-                 "FeatureLookup", "NamedFeatureScorer"):
-        assert f"tfapprox>{name}" in done.stdout, name
-
-
-# On JAX: a numeric spec straight from arrays, and the text spec with its lookup in tf.data (the
-# model over ids is backend-neutral), both fitted with jit.
+# One process on JAX serves two tests (a fresh interpreter costs seconds of imports): what
+# `import keras, tfapprox` registered, before anything else is imported, and fits with jit of a
+# numeric spec straight from arrays and of the text spec with its lookup in tf.data (the model
+# over ids is backend-neutral).
 ON_JAX = """
     import json, sys
-    import keras, numpy as np, tensorflow as tf
+    import keras, tfapprox
+    registered = sorted(k for k in keras.saving.get_custom_objects() if k.startswith("tfapprox>"))
+
+    import numpy as np, tensorflow as tf
     sys.path.insert(0, "tests")
     import test_named_inputs as t
     from tfapprox import losses, named_inputs
@@ -444,22 +448,37 @@ ON_JAX = """
     lookup = named_inputs.FeatureLookup(spec)
     text = named_inputs.build_named_scorer(spec, "B64", hidden_units=(8, 4))
     text_loss = fit(text, t.raw_dataset().map(lambda f, y: (lookup(f), y)))
-    print(json.dumps({"backend": keras.backend.backend(), "numeric_loss": numeric_loss,
-                      "text_loss": text_loss, "finite": bool(np.isfinite(scores).all()),
+    print(json.dumps({"backend": keras.backend.backend(), "registered": registered,
+                      "numeric_loss": numeric_loss, "text_loss": text_loss,
+                      "finite": bool(np.isfinite(scores).all()),
                       "padded_scores": scores[labels < 0].tolist()}))
 """
 
 
-@pytest.mark.slow
-def test_numeric_specs_and_looked_up_ids_fit_on_jax(text_spec, tmp_path):
-    text_spec.save(tmp_path / "spec.json")
+@pytest.fixture(scope="module")
+def on_jax(tmp_path_factory):
+    """The JSON that ON_JAX prints."""
+    directory = tmp_path_factory.mktemp("on_jax")
+    write_text_spec(directory).save(directory / "spec.json")
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(ON_JAX), str(tmp_path / "spec.json")], cwd=REPO,
+        [sys.executable, "-c", textwrap.dedent(ON_JAX), str(directory / "spec.json")], cwd=REPO,
         env={**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
              "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"},
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_import_tfapprox_registers_the_layers(on_jax):
+    for name in ("ConcatFeatures", "DocumentInteractionAttention", "FeatureInputs",
+                 "FeatureLookup", "NamedFeatureScorer"):
+        assert f"tfapprox>{name}" in on_jax["registered"], name
+
+
+@pytest.mark.slow
+def test_numeric_specs_and_looked_up_ids_fit_on_jax(on_jax):
+    result = on_jax
     assert result["backend"] == "jax" and result["finite"]
     assert result["padded_scores"] == [0.0] * len(result["padded_scores"])
     for name in ("numeric_loss", "text_loss"):

@@ -69,16 +69,6 @@ def _build(model, features, mask):
     model({"features": features, "mask": mask})
 
 
-def _trained_copy(weights, features, mask, labels, scorer="bruch"):
-    """Returns a fresh scorer with `weights` after one SGD step on the given batch."""
-    model = DNNScorer(HIDDEN, batch_norm_momentum=0.5, **SCORERS[scorer])
-    _build(model, features, mask)
-    model.set_weights(weights)
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_masked_squared_error)
-    model.train_on_batch({"features": features, "mask": mask}, labels)
-    return model
-
-
 def _moving_stats(model):
     return [
         ops.convert_to_numpy(v)
@@ -150,36 +140,46 @@ def test_scores_shape_and_padded_slots_score_zero():
     )
 
 
+PAD_FILLS = (1e30, -7.0, np.nan)
+
+
 @pytest.mark.parametrize("scorer", sorted(SCORERS))
-@pytest.mark.parametrize("fill", [1e30, -7.0, np.nan])
-def test_padding_changes_no_valid_score_nor_moving_stats(fill, scorer):
+def test_padding_changes_no_valid_score_nor_moving_stats(scorer):
+    """One SGD step from the same weights on lists with and without 5 padded slots, the padding
+    filled with each of PAD_FILLS: the same weights, moving statistics and valid scores. One
+    model, set back to its start before each step, trains them all (its step traced once for the
+    unpadded lists and once for the padded ones)."""
     features, mask, labels = _batch(1)
-    padded = _pad(features, mask, labels, extra=5, fill=fill)
-    reference = DNNScorer(HIDDEN, **SCORERS[scorer])
-    reference({"features": features, "mask": mask})
-    weights = reference.get_weights()
+    model = DNNScorer(HIDDEN, batch_norm_momentum=0.5, **SCORERS[scorer])
+    _build(model, features, mask)
+    start = model.get_weights()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_masked_squared_error)
 
-    plain = _trained_copy(weights, features, mask, labels, scorer)
-    with_pads = _trained_copy(weights, *padded, scorer=scorer)
+    def trained(features, mask, labels):
+        """Returns (moving stats, weights, {training: scores}) after one step from `start`."""
+        model.set_weights(start)
+        model.train_on_batch({"features": features, "mask": mask}, labels)
+        stats, weights = _moving_stats(model), model.get_weights()
+        return stats, weights, {training: ops.convert_to_numpy(
+            model({"features": features, "mask": mask}, training=training))
+            for training in (False, True)}
 
-    for before, after in zip(_moving_stats(plain), _moving_stats(with_pads)):
-        np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-6)
-    for before, after in zip(plain.get_weights(), with_pads.get_weights()):
-        np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-6)
+    plain_stats, plain_weights, expected = trained(features, mask, labels)
     list_size = mask.shape[1]
-    for training in (False, True):
-        expected = ops.convert_to_numpy(
-            plain({"features": features, "mask": mask}, training=training)
-        )
-        got = ops.convert_to_numpy(
-            with_pads({"features": padded[0], "mask": padded[1]}, training=training)
-        )
-        assert np.all(np.isfinite(got))
-        # attention sums over 7 keys in one model and 12 (5 masked) in the other: the same terms
-        # in another order, whose rounding the trained weights carry into scores of up to ~40
-        rtol = 1e-4 if SCORERS[scorer].get("attention_layers") else 1e-5
-        np.testing.assert_allclose(got[:, :list_size][mask], expected[mask], rtol=rtol, atol=1e-5)
-        assert np.all(got[~padded[1]] == 0.0)
+    # attention sums over 7 keys in one model and 12 (5 masked) in the other: the same terms in
+    # another order, whose rounding the trained weights carry into scores of up to ~40
+    rtol = 1e-4 if SCORERS[scorer].get("attention_layers") else 1e-5
+    for fill in PAD_FILLS:
+        padded = _pad(features, mask, labels, extra=5, fill=fill)
+        stats, weights, got = trained(*padded)
+        for before, after in zip(plain_stats + plain_weights, stats + weights):
+            np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-6, err_msg=f"fill={fill}")
+        for training, scores in got.items():
+            case = f"fill={fill}, training={training}"
+            assert np.all(np.isfinite(scores)), case
+            np.testing.assert_allclose(scores[:, :list_size][mask], expected[training][mask],
+                                       rtol=rtol, atol=1e-5, err_msg=case)
+            assert np.all(scores[~padded[1]] == 0.0), case
 
 
 def test_all_padding_batch_leaves_moving_stats_alone():
@@ -218,8 +218,9 @@ def test_scores_are_permutation_equivariant(scorer):
     features, mask, labels = _batch(4, batch_size=4, list_size=6)
     model = DNNScorer(HIDDEN, dropout=0.0, **SCORERS[scorer])
     _build(model, features, mask)
-    # Trained a step so that no weight is at its start; XLA is tested through fit elsewhere.
-    model.compile(optimizer="adam", loss=_masked_squared_error, jit_compile=False)
+    # Trained a step so that no weight is at its start, eagerly (a traced step costs 10x, and the
+    # scores below are eager calls anyway); scorers train under XLA through fit elsewhere.
+    model.compile(optimizer="adam", loss=_masked_squared_error, run_eagerly=True)
     model.train_on_batch({"features": features, "mask": mask}, labels)
     permutation = np.random.default_rng(5).permutation(mask.shape[1])
     for training in (False, True):
@@ -240,9 +241,9 @@ def test_save_and_load_round_trip(tmp_path, preset):
     features, mask, labels = _batch(6)
     model = build_scorer(preset, dropout=0.25, batch_norm_momentum=0.9)
     _build(model, features, mask)
-    # Trained a step as a graph function: the test is about what is saved, not how the step
-    # compiles (scorers train under XLA through fit in tests/test_fit_variable_lists.py).
-    model.compile(optimizer="adam", loss=_masked_squared_error, jit_compile=False)
+    # Trained a step eagerly: the test is about what is saved, not how the step compiles (scorers
+    # train under XLA through fit in tests/test_fit_variable_lists.py).
+    model.compile(optimizer="adam", loss=_masked_squared_error, run_eagerly=True)
     model.train_on_batch({"features": features, "mask": mask}, labels)
     path = tmp_path / "scorer.keras"
     model.save(path)

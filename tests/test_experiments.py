@@ -316,11 +316,19 @@ def with_missing_values(root):
     return root
 
 
-def test_one_real_run_of_each_kind_is_cached_and_read_by_the_report(tmp_path):
+def test_one_real_run_of_each_kind_is_cached_and_read_by_the_report(tmp_path, monkeypatch):
     """Each kind of run the runner executes differently, trained for real on a tiny fold (the
     ensembles' runs: the tests of ensembles below): a neural run (its history plotted) and each
-    GBDT on data with missing values, and AdaRank."""
+    GBDT on data with missing values, and AdaRank (5 rounds, not 100: each round measures every
+    query eagerly, most of this test's time at 100)."""
     from benchmarks import experiment_report
+
+    def few_adarank_rounds(dataset, real=experiment_runs.trainer_config):
+        config = real(dataset)
+        config["model"]["adarank_rounds"] = 5
+        return config
+
+    monkeypatch.setattr(experiment_runs, "trainer_config", few_adarank_rounds)
 
     every = studies()
     alpha_10 = next(s for s in every["bruch_alpha"] if dict(s.params)["alpha"] == 10.0)

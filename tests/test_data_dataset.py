@@ -5,9 +5,11 @@ import json
 import os
 import pathlib
 import re
+import runpy
 import subprocess
 import sys
 import tracemalloc
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -149,11 +151,18 @@ def test_cli_converts_a_fold_tree(tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == ["test.txt", "train.txt", "vali.txt"]
 
 
-def test_python_dash_m_entry_point(tmp_path, small):
-    run = subprocess.run(
-        [sys.executable, "-m", "tfapprox.data", "convert", str(tmp_path / "missing.txt"), "--output",
-         str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 2 and "no such LETOR file" in run.stderr
+def run_as_main(argv):
+    """The exit status of `python -m tfapprox.data ARGV`: its __main__.py run as __main__ in this
+    process, as `python -m` runs it, without a fresh interpreter's seconds of TensorFlow import
+    (test_python_dash_m_entry_point starts one)."""
+    with mock.patch.object(sys, "argv", ["tfapprox.data", *argv]), pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(REPO / "tfapprox" / "data" / "__main__.py"), run_name="__main__")
+    return exited.value.code
+
+
+def test_python_dash_m_entry_point(tmp_path, small, capsys):
+    assert run_as_main(["convert", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "o")]) == 2
+    assert "no such LETOR file" in capsys.readouterr().err
     # A conversion keeps TensorFlow's start-up notices off
     # the terminal, with TF_CPP_MIN_LOG_LEVEL unset as in a user's shell.
     quiet = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}

@@ -69,6 +69,21 @@ def trained(tmp_path_factory, cache_dir):
     return config, results, printed
 
 
+# A second run, unlike `trained` in loss, seed and inputs: the quantile test's, the ensemble's other
+# member.
+OTHER = {"model.input_transform": "quantile", "loss.name": "ranknet", "train.seed": 3,
+         "train.epochs": 1, "export.enabled": False}
+
+
+@pytest.fixture(scope="module")
+def other_run(tmp_path_factory, cache_dir):
+    """One finished one-epoch run of OTHER: `(config, results, printed lines)`."""
+    config = tiny_config(tmp_path_factory.mktemp("other"), cache_dir, **OTHER)
+    printed = []
+    results = train.train(config, print_fn=printed.append)
+    return config, results, printed
+
+
 def without_timings(history):
     return [{k: v for k, v in logs.items() if k != "epoch_seconds"} for logs in history]
 
@@ -212,15 +227,14 @@ def test_export_removes_what_killed_exports_left(exported):
         ["7", staging["running"].name, staging["elsewhere"].name])
 
 
-def test_ensemble_command_combines_runs_evaluates_saves_and_exports(trained, tmp_path, cache_dir,
-                                                                    capsys):
-    """`python -m trainer ensemble` of the module's run and one with another loss and seed: the
-    members' metrics are their own runs', the saved model and the export score alike, the
-    members' run directories are left as they were; an ensemble of one run ranks as that run."""
+def test_ensemble_command_combines_runs_evaluates_saves_and_exports(trained, other_run, tmp_path,
+                                                                    cache_dir, capsys):
+    """`python -m trainer ensemble` of the module's run and one with another loss, seed and input
+    transform: the members' metrics are their own runs', the saved model and the export score
+    alike, the members' run directories are left as they were; an ensemble of one run ranks as
+    that run."""
     config, results, _ = trained
-    other = tiny_config(tmp_path / "other", cache_dir, **{"loss.name": "ranknet", "train.seed": 3,
-                                                            "train.epochs": 1})
-    other_results = train.train(other, print_fn=lambda _: None)
+    other, other_results, _ = other_run
     members = [config.train.run_dir, other.train.run_dir]
     before = {path: path.stat().st_mtime_ns for run in members for path in Path(run).rglob("*")}
     assert main(["ensemble", "--members", *members, "--run-dir", str(tmp_path / "ens"),
@@ -493,13 +507,10 @@ def test_mixed_precision_and_jit(tmp_path, cache_dir):
     assert keras.config.dtype_policy().name == "float32"  # restored for whoever runs next
 
 
-def test_quantile_inputs_are_fitted_to_the_training_documents(tmp_path, cache_dir):
+def test_quantile_inputs_are_fitted_to_the_training_documents(other_run):
     """`model.input_transform=quantile`: the trainer fits the quantiles to the training split's
     documents (padding left out) before the first step, and the best model keeps them."""
-    config = tiny_config(tmp_path, cache_dir, **{
-        "model.input_transform": "quantile", "train.epochs": 1, "export.enabled": False})
-    printed = []
-    train.train(config, print_fn=printed.append)
+    config, _, printed = other_run
     splits = data.resolve(config.data, print_fn=lambda _: None)
     features, _, masks = data.padded_lists(splits.train, splits)
     documents = np.concatenate([f[m] for f, m in zip(features, masks)])
@@ -664,7 +675,8 @@ def test_every_loss_builds_by_name_and_scores_the_trainers_model(tmp_path):
     inputs = {"features": rng.random((4, 6, 4)).astype("float32"), "mask": labels >= 0}
     for name in sorted(losses.LOSSES):
         params = LOSS_PARAMS.get(name, {})
-        config = tiny_config(tmp_path, tmp_path, **{"loss.name": name, "loss.params": params})
+        config = tiny_config(tmp_path, tmp_path, **{"loss.name": name, "loss.params": params,
+                                                    "model.preset": "linear"})
         model = build.build(config, 4, distribute.make("default")).model
         assert type(model.loss) is losses.LOSSES[name], name
         assert {param: model.loss.get_config()[param] for param in params} == params, name

@@ -177,17 +177,55 @@ def free_ports(count):
     return ports
 
 
-# Trains in one process the run of two replicas (MirroredStrategy over two logical CPU devices) in
-# RUN_DIR/two_replicas, then the run of one in RUN_DIR/one_replica: `-c SCRIPT RUN_DIR train FLAGS`.
+# One training step of two replicas on a batch whose halves are identical (so both replicas see
+# the statistics of the whole batch) must equal one step of one replica: the loss must be scaled by
+# 1/replicas before gradients are summed across replicas, as keras.losses.Loss does.
+SAME_STEP_LOSSES = ("approx_ndcg", "ranknet")
+
+# One process over two logical CPU devices (set before TensorFlow starts, so not in pytest's): the
+# step of one and of two replicas for each of SAME_STEP_LOSSES (the largest weight gap, a JSON line
+# each), then the run of two replicas (MirroredStrategy) in RUN_DIR/two_replicas and the run of one
+# in RUN_DIR/one_replica: `-c SCRIPT RUN_DIR train FLAGS`.
 ONE_AND_TWO_LOCAL_REPLICAS = """
-import sys
-import keras
+import json, sys
+import numpy as np
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from trainer import distribute, train
+import keras
+from tfapprox import losses
+from trainer import build, config as config_lib, distribute, train
 from trainer.__main__ import _resolve, parse_args
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+rng = np.random.default_rng(0)
+labels = rng.integers(0, 3, (4, 6)).astype("float32")
+labels[:, -1] = -1.0
+features = rng.random((4, 6, 5)).astype("float32")
+# replica 0 takes lists 0-3, replica 1 lists 4-7: the same four lists
+inputs = {"features": np.concatenate([features, features]), "mask": np.concatenate([labels, labels]) >= 0}
+labels = np.concatenate([labels, labels])
+weights, after = None, {}
+for name in """ + repr(SAME_STEP_LOSSES) + """:
+    values = config_lib.load_dict("demo")
+    config_lib.apply_overrides(values, {"loss.name": name, "loss.params": {}, "model.preset": "linear",
+                                        "optimizer.name": "adagrad", "optimizer.learning_rate": 0.1})
+    config = config_lib.Config.from_dict(values)
+    for label, strategy in (("one", tf.distribute.get_strategy()), ("two", mirrored)):
+        dist = distribute.Distribution(strategy, "default" if label == "one" else "mirrored", True, 0, 1)
+        keras.utils.set_random_seed(0)
+        model = build.build(config, 5, dist).model
+        if weights is None:
+            weights = model.get_weights()
+        model.set_weights(weights)
+        dataset = tf.data.Dataset.from_tensors((inputs, labels))
+        if label == "two":
+            dataset = strategy.experimental_distribute_dataset(dataset)
+        model.fit(dataset, epochs=1, verbose=0)
+        after[(name, label)] = model.get_weights()
+    gaps = [float(np.max(np.abs(a - b))) for a, b in zip(after[(name, "one")], after[(name, "two")])]
+    print(json.dumps({"loss": name, "max_weight_gap": max(gaps)}), flush=True)
+
 for name, dist in (("two_replicas", distribute.Distribution(mirrored, "mirrored", True, 0, 1)),
                    ("one_replica", distribute.make("default"))):
     keras.backend.clear_session()
@@ -219,13 +257,14 @@ def run_together(commands, cwd):
     return outputs
 
 
-def test_two_workers_match_one_worker(tmp_path):
+def test_two_workers_match_one_worker_and_two_replicas_take_the_step_of_one(tmp_path):
     """Two worker processes on 127.0.0.1 against one process, on 200 generated queries.
 
     The workers split each global batch of 24 lists; together they take exactly the steps of one
     process with two replicas (checked to 1e-4). Against one replica they differ only through
     batch-norm statistics, computed per replica over half a batch: equal within
-    MULTI_WORKER_TOLERANCE.
+    MULTI_WORKER_TOLERANCE. The process of one and two replicas first checks, for each of
+    SAME_STEP_LOSSES, that a step of two replicas is a step of one (to 1e-6).
     """
     config = write_config(tmp_path, num_queries=200, epochs=2, batch_size=24, metrics=["map"])
     common = ["--config", str(config)]
@@ -237,13 +276,18 @@ def test_two_workers_match_one_worker(tmp_path):
             trainer_command(*common, "--run-dir", str(tmp_path / "two_workers"),
                             "--strategy", "multi_worker"),
             run_env(TF_CONFIG=json.dumps(tf_config)))
-    commands["one_and_two_replicas"] = (
+    commands["replicas"] = (
         [sys.executable, "-c", ONE_AND_TWO_LOCAL_REPLICAS, str(tmp_path), "train", *common],
         run_env())
     # The two workers run first and alone: on a loaded 2-core machine a worker starved of CPU can
     # miss the strategy's health checks, which then abort the collectives.
     outputs = run_together({name: commands.pop(name) for name in ("worker0", "worker1")}, tmp_path)
     outputs.update(run_together(commands, tmp_path))
+    gaps = [json.loads(line) for line in outputs["replicas"].splitlines() if line.startswith("{")]
+    assert [gap["loss"] for gap in gaps] == list(SAME_STEP_LOSSES), outputs["replicas"][-3000:]
+    for gap in gaps:  # two replicas take the step of one
+        assert gap["max_weight_gap"] < 1e-6, gap
+
     assert "| ndcg@5 |" in outputs["worker0"] and "| ndcg@5 |" not in outputs["worker1"]
 
     results = {name: json.loads((tmp_path / name / "results.json").read_text())
@@ -255,57 +299,3 @@ def test_two_workers_match_one_worker(tmp_path):
         for metric in ("ndcg@5", "map"):
             assert two[split][metric] == pytest.approx(
                 results["one_replica"][split][metric], abs=MULTI_WORKER_TOLERANCE), (split, metric)
-
-
-# One training step of two replicas on a batch whose halves are identical (so both replicas see
-# the statistics of the whole batch) must equal one step of one replica: the loss must be scaled by
-# 1/replicas before gradients are summed across replicas, as keras.losses.Loss does.
-SAME_STEP = """
-import json, sys
-import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import keras
-from tfapprox import losses
-from trainer import build, config as config_lib, distribute
-
-rng = np.random.default_rng(0)
-labels = rng.integers(0, 3, (4, 6)).astype("float32")
-labels[:, -1] = -1.0
-features = rng.random((4, 6, 5)).astype("float32")
-# replica 0 takes lists 0-3, replica 1 lists 4-7: the same four lists
-inputs = {"features": np.concatenate([features, features]), "mask": np.concatenate([labels, labels]) >= 0}
-labels = np.concatenate([labels, labels])
-weights, after = None, {}
-for name in sys.argv[1:]:
-    values = config_lib.load_dict("demo")
-    config_lib.apply_overrides(values, {"loss.name": name, "loss.params": {}, "model.preset": "linear",
-                                        "optimizer.name": "adagrad", "optimizer.learning_rate": 0.1})
-    config = config_lib.Config.from_dict(values)
-    for label, strategy in (("one", tf.distribute.get_strategy()),
-                            ("two", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
-        dist = distribute.Distribution(strategy, "default" if label == "one" else "mirrored", True, 0, 1)
-        keras.utils.set_random_seed(0)
-        model = build.build(config, 5, dist).model
-        if weights is None:
-            weights = model.get_weights()
-        model.set_weights(weights)
-        dataset = tf.data.Dataset.from_tensors((inputs, labels))
-        if label == "two":
-            dataset = strategy.experimental_distribute_dataset(dataset)
-        model.fit(dataset, epochs=1, verbose=0)
-        after[(name, label)] = model.get_weights()
-    gaps = [float(np.max(np.abs(a - b))) for a, b in zip(after[(name, "one")], after[(name, "two")])]
-    print(json.dumps({"loss": name, "max_weight_gap": max(gaps)}))
-"""
-
-
-def test_two_replicas_take_the_step_of_one(tmp_path):
-    done = subprocess.run([sys.executable, "-c", SAME_STEP, "approx_ndcg", "ranknet"], cwd=tmp_path,
-                          env=run_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    gaps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert [g["loss"] for g in gaps] == ["approx_ndcg", "ranknet"]
-    for gap in gaps:
-        assert gap["max_weight_gap"] < 1e-6, gap

@@ -93,21 +93,6 @@ def test_the_cli_refuses_the_users_config_file_as_a_run_directory(tmp_path, shar
     assert user_config.read_text() == before and not (project / "results.json").exists()
 
 
-def test_fresh_removes_only_the_trainers_files(tmp_path, shared_fold, trained):
-    run_dir = copy_of(trained, tmp_path / "run")
-    config = fold_config(tmp_path, shared_fold, run_dir)
-    (run_dir / "notes.txt").write_text("mine")
-    (run_dir / "logs" / "app.log").write_text("mine too")
-    own_events = sorted((run_dir / "logs").glob("*/events.out.tfevents.*"))
-    assert len(own_events) == 2
-
-    train.train(config, fresh=True, print_fn=quiet)
-    assert (run_dir / "notes.txt").read_text() == "mine"
-    assert (run_dir / "logs" / "app.log").read_text() == "mine too"
-    assert not any(path.exists() for path in own_events)  # replaced by the new run's
-    assert len(list((run_dir / "logs").glob("*/events.out.tfevents.*"))) == 2
-
-
 def test_the_lock_does_not_follow_a_symbolic_link(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
@@ -213,18 +198,31 @@ def test_evaluate_reads_the_test_file_it_is_given(tmp_path, shared_fold, trained
     assert again["test"] == pytest.approx(evaluation["test"], abs=1e-6)
 
 
-def test_a_changed_training_split_is_not_resumed(tmp_path, shared_fold, trained):
+def test_a_changed_training_split_is_not_resumed_and_fresh_removes_only_the_trainers_files(
+        tmp_path, shared_fold, trained):
+    """A run whose training file changed under the same path is refused; `--fresh` then trains
+    it again from the start (one run for both checks), removing only the files the trainer
+    wrote."""
     fold_dir = shutil.copytree(shared_fold, tmp_path / "fold")
     run_dir = copy_of(trained, tmp_path / "run")
+    (run_dir / "notes.txt").write_text("mine")
+    (run_dir / "logs" / "app.log").write_text("mine too")
+    own_events = sorted((run_dir / "logs").glob("*/events.out.tfevents.*"))
+    assert len(own_events) == 2
     (fold_dir / "train.txt").unlink()
     synthetic.write_letor(fold_dir / "train.txt", 25, 7, 5, seed=5)  # other queries, same path
+    config = fold_config(tmp_path, fold_dir, run_dir, **{"train.epochs": 2})
     with pytest.raises(checkpoint.CheckpointError,
                        match=r"other training data: train.txt \(\d+ bytes.*then, train.txt"):
-        train.train(fold_config(tmp_path, fold_dir, run_dir, **{"train.epochs": 2}), print_fn=quiet)
+        train.train(config, print_fn=quiet)
+
     printed = []
-    train.train(fold_config(tmp_path, fold_dir, run_dir, **{"train.epochs": 2}), fresh=True,
-                print_fn=printed.append)
+    train.train(config, fresh=True, print_fn=printed.append)
     assert not any("Resuming" in line for line in printed)
+    assert (run_dir / "notes.txt").read_text() == "mine"
+    assert (run_dir / "logs" / "app.log").read_text() == "mine too"
+    assert not any(path.exists() for path in own_events)  # replaced by the new run's
+    assert len(list((run_dir / "logs").glob("*/events.out.tfevents.*"))) == 2
 
 
 def test_the_same_data_under_another_spelling_resumes(tmp_path, shared_fold, trained, monkeypatch):

@@ -31,11 +31,12 @@ def runner():
 
 
 def _fitted(model, seed):
-    """Returns `model` after a few steps on random lists, so that no weight is at its start."""
+    """Returns `model` after a few steps on random lists, so that no weight is at its start
+    (eager steps: tracing one costs seconds, and only the weights they leave matter here)."""
     rng = np.random.default_rng(seed)
     features = rng.normal(size=(8, 6, NUM_FEATURES)).astype("float32")
     labels = rng.integers(0, 3, size=(8, 6)).astype("float32")
-    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse", run_eagerly=True)
     for _ in range(3):
         model.train_on_batch({"features": features, "mask": np.ones((8, 6), bool)}, labels)
     return model
@@ -67,14 +68,12 @@ MODELS = {
                                                     attention_layers=1, attention_units=8,
                                                     input_transform="quantile",
                                                     list_standardize=True), 5), 4),
-    # two scorers' scores, each standardised by constants fitted to random lists (they travel
-    # as weights, with the members' own, quantiles included); the second member's inputs are
-    # also standardised within their list
-    "ensemble": lambda: ScoreEnsemble([_fitted(build_scorer("B64"), 6),
-                                       _fitted(_adapted(build_scorer("B64", input_transform=
-                                                                     "quantile",
-                                                                     list_standardize=True), 7),
-                                               8)])
+    # two small scorers' scores, each standardised by constants fitted to random lists (they
+    # travel as weights, with the members' own, quantiles included); the second member's inputs
+    # are also standardised within their list
+    "ensemble": lambda: ScoreEnsemble([_fitted(DNNScorer((8,)), 6),
+                                       _fitted(_adapted(DNNScorer((8,), input_transform="quantile",
+                                                                  list_standardize=True), 7), 8)])
     .adapt([{"features": _features(8, 6, seed=9), "mask": np.ones((8, 6), bool)}]),
 }
 # Scorers whose documents meet (a document's score depends on its list), and those among them

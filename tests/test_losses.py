@@ -66,6 +66,33 @@ def per_list(loss, labels, scores):
     return to_numpy(compiled_on_jax(loss.call)(labels, scores))
 
 
+def value_and_grad_function(loss_fn, mode=None, unknown_shape=False):
+    """`conftest.loss_and_grad` of `loss_fn` in `mode` as one function of (labels, scores), to
+    call on many batches: compiled, it is traced (and compiled by XLA) once per shape, or on
+    TensorFlow once for every shape if `unknown_shape` (`[None, None]`, as the trainer's lists)."""
+    mode = mode or COMPILE_MODES[0]
+    if backend() != "tensorflow":
+        import jax
+
+        grad = jax.value_and_grad(lambda scores, labels: ops.sum(loss_fn(labels, scores)))
+        grad = jax.jit(grad) if mode == "jit" else grad
+        return lambda labels, scores: tuple(map(to_numpy, grad(scores, labels)))
+    import tensorflow as tf
+
+    def value_and_grad(labels, scores):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            value = tf.reduce_sum(loss_fn(labels, scores))
+        return value, tape.gradient(value, scores)
+
+    if mode != "eager":
+        signature = [tf.TensorSpec((None, None), tf.float32)] * 2 if unknown_shape else None
+        value_and_grad = tf.function(value_and_grad, jit_compile=mode == "xla",
+                                     input_signature=signature)
+    return lambda labels, scores: tuple(t.numpy() for t in value_and_grad(
+        tf.convert_to_tensor(labels), tf.convert_to_tensor(scores)))
+
+
 @pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
 def test_padding_changes_no_value_and_no_gradient(loss, rng):
     labels, scores = random_batch(rng, batch=6, list_size=7, pad_fraction=0.0)
@@ -107,29 +134,34 @@ def test_permuting_a_list_changes_nothing(loss, rng):
                                per_list(loss, labels, scores), rtol=1e-5, atol=1e-6)
 
 
+FINITE_GRADIENT_CASES = ("huge_scores", "single_item", "equal_scores", "zero_labels",
+                         "all_padding", "nan_in_padding")
+
+
 @pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)
-@pytest.mark.parametrize("case", ["huge_scores", "single_item", "equal_scores", "zero_labels",
-                                  "all_padding", "nan_in_padding"])
-def test_gradients_stay_finite(loss, case, rng):
-    labels, scores = random_batch(rng, batch=3, list_size=6, pad_fraction=0.0)
-    labels[:, 0] = 1.0
-    if case == "huge_scores":
-        scores = rng.uniform(-1e4, 1e4, size=scores.shape).astype(np.float32)
-    elif case == "single_item":
-        labels, scores = labels[:, :1], scores[:, :1]
-    elif case == "equal_scores":
-        scores = np.full_like(scores, 0.7)
-    elif case == "zero_labels":
-        labels = np.zeros_like(labels)
-    elif case == "all_padding":
-        labels = np.full_like(labels, -1.0)
-    elif case == "nan_in_padding":
-        labels[:, -1] = -1.0
-        scores[:, -1] = np.nan
-    value, grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores)
-    assert np.isfinite(value) and np.all(np.isfinite(grad))
-    if case in ("zero_labels", "all_padding", "single_item"):
-        assert value == 0 and np.all(grad == 0)
+def test_gradients_stay_finite(loss, rng):
+    """Each case through one function of the loss (on JAX one compile per shape, not per case)."""
+    value_and_grad = value_and_grad_function(lambda y, s: loss(y, s))
+    for case in FINITE_GRADIENT_CASES:
+        labels, scores = random_batch(rng, batch=3, list_size=6, pad_fraction=0.0)
+        labels[:, 0] = 1.0
+        if case == "huge_scores":
+            scores = rng.uniform(-1e4, 1e4, size=scores.shape).astype(np.float32)
+        elif case == "single_item":
+            labels, scores = labels[:, :1], scores[:, :1]
+        elif case == "equal_scores":
+            scores = np.full_like(scores, 0.7)
+        elif case == "zero_labels":
+            labels = np.zeros_like(labels)
+        elif case == "all_padding":
+            labels = np.full_like(labels, -1.0)
+        elif case == "nan_in_padding":
+            labels[:, -1] = -1.0
+            scores[:, -1] = np.nan
+        value, grad = value_and_grad(labels, scores)
+        assert np.isfinite(value) and np.all(np.isfinite(grad)), (case, value, grad)
+        if case in ("zero_labels", "all_padding", "single_item"):
+            assert value == 0 and np.all(grad == 0), (case, value, grad)
 
 
 # conftest.SKELETON_VARIANTS: the first mode only (eager on TensorFlow), here and below. A
@@ -191,13 +223,13 @@ def test_a_list_whose_labels_are_all_equal_has_no_loss_and_no_gradient(loss, mod
     labels[:, 0], labels[:, 1] = 2.0, 0.0
     equal = np.array([[1.0] * 6, [3.0] * 4 + [-1.0] * 2, [0.0] * 6, [2.0] + [-1.0] * 5],
                      np.float32)
-    value, grad = loss_and_grad(lambda y, s: loss(y, s), equal, scores, mode)
+    value_and_grad = value_and_grad_function(lambda y, s: loss(y, s), mode)  # a trace a shape
+    value, grad = value_and_grad(equal, scores)
     assert value == 0 and np.all(grad == 0)
     mixed_labels = np.concatenate([labels, equal])
     mixed_scores = np.concatenate([scores, rng.normal(size=scores.shape).astype(np.float32)])
-    mixed, mixed_grad = loss_and_grad(lambda y, s: loss(y, s), mixed_labels, mixed_scores, mode)
-    assert math.isclose(mixed, loss_and_grad(lambda y, s: loss(y, s), labels, scores, mode)[0],
-                        rel_tol=1e-5)
+    mixed, mixed_grad = value_and_grad(mixed_labels, mixed_scores)
+    assert math.isclose(mixed, value_and_grad(labels, scores)[0], rel_tol=1e-5)
     assert np.all(mixed_grad[4:] == 0)
 
 
@@ -406,18 +438,23 @@ def test_pairs_summed_in_blocks_give_the_dense_loss_and_gradient(name, mode, rng
 @pytest.mark.parametrize("mode", [mode for mode in COMPILE_MODES if mode != "eager"])
 def test_auto_blocks_by_list_size_when_it_is_known_only_at_run_time(mode, rng):
     """Above blocked_above = 8, lists of 13 are summed in blocks of 4 and lists of 6 densely; on
-    TensorFlow graphs traced for [None, None] inputs choose with ops.cond, when they run. (Eager,
-    the list size is always known: `test_auto_sums_pairs_in_blocks_above_blocked_above`.)"""
+    TensorFlow one graph traced for [None, None] inputs chooses with ops.cond, when it runs, for
+    both. (Eager, the list size is always known:
+    `test_auto_sums_pairs_in_blocks_above_blocked_above`.)"""
+    batches = []
     for list_size in (6, 13):
         labels, scores = random_batch(rng, batch=3, list_size=list_size, pad_fraction=0.2)
         labels[:, 0] = 2.0
-        for name in ("approx_ap", "weighted_ranknet@2"):
-            dense = loss_and_grad(PAIRWISE_LOSSES[name]("dense"), labels, scores)
-            with using(PairPlan(pair_block=4, blocked_above=8)):
-                auto = loss_and_grad(PAIRWISE_LOSSES[name]("auto"), labels, scores, mode,
-                                     unknown_shape=True)
-            for ours, expected in zip(auto, dense):
-                np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
+        batches.append((labels, scores))
+    for name in ("approx_ap", "weighted_ranknet@2"):
+        with using(PairPlan(pair_block=4, blocked_above=8)):
+            auto = value_and_grad_function(PAIRWISE_LOSSES[name]("auto"), mode,
+                                           unknown_shape=True)
+            for labels, scores in batches:
+                dense = loss_and_grad(PAIRWISE_LOSSES[name]("dense"), labels, scores)
+                for ours, expected in zip(auto(labels, scores), dense):
+                    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5,
+                                               err_msg=f"{name}, lists of {labels.shape[1]}")
 
 
 # --- Reference formulas, written as plain loops over one list ----------------------------------
@@ -560,22 +597,23 @@ def _sorted_gains_by_autodiff(scores, mask, gains, temperature, iterations):
     return ops.sum(matrix * ops.expand_dims(gains, 1), axis=-1)
 
 
-@pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("params", [{}, {"temperature": 0.3, "topk": 3, "sinkhorn_iterations": 5},
                                     {"temperature": 0.05, "sinkhorn_iterations": 20}])
-def test_neural_ndcg_gradient_is_autodiffs_through_every_sinkhorn_round(params, mode, rng,
+def test_neural_ndcg_gradient_is_autodiffs_through_every_sinkhorn_round(params, rng,
                                                                         monkeypatch):
+    """In every mode, against autodiff through the rounds in the first mode (one reference)."""
     labels, scores = random_batch(rng, batch=5, list_size=12, pad_fraction=0.3)
     labels[:, 0] = 2.0
     loss = losses.NeuralNDCGLoss(**params)
-    unknown_shape = mode != "eager"  # the trainer's [None, None] lists, in a graph or XLA
-    value, grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores, mode, unknown_shape)
+    # compiled, for the trainer's [None, None] lists
+    ours = {mode: loss_and_grad(lambda y, s: loss(y, s), labels, scores, mode, mode != "eager")
+            for mode in COMPILE_MODES}
     monkeypatch.setattr(neural_sort, "sorted_gains", _sorted_gains_by_autodiff)
-    expected, expected_grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores, mode,
-                                            unknown_shape)
-    assert math.isclose(value, expected, rel_tol=1e-6)
-    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5,
-                               atol=1e-5 * np.abs(expected_grad).max())
+    expected, expected_grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores)
+    for mode, (value, grad) in ours.items():
+        assert math.isclose(value, expected, rel_tol=1e-6), (mode, value, expected)
+        np.testing.assert_allclose(grad, expected_grad, rtol=1e-5,
+                                   atol=1e-5 * np.abs(expected_grad).max(), err_msg=mode)
 
 
 @pytest.mark.skipif(backend() != "jax", reason="reads XLA's memory plan through JAX")

@@ -47,7 +47,8 @@ import numpy as np
 import pytest
 
 from build_cache import CACHE_DIR, built_once, digest, venv_identity
-from conftest import REPO, loss_and_grad, side_venv_environment, side_venv_python, to_numpy
+from conftest import (REPO, backend, loss_and_grad, side_venv_environment, side_venv_python,
+                      to_numpy)
 from tfapprox import losses, measures, metrics
 from tfapprox import ops as rank_ops
 from tfapprox.losses import lambda_weights
@@ -240,24 +241,36 @@ def test_metric_per_list(batches, reference, name):
     assert compared > 500
 
 
+def batch_result(metric):
+    """Returns `result(labels, scores)`: `metric`'s value over that one batch (its state reset
+    first). On TensorFlow one traced function takes every batch's shape, as a compiled Keras step
+    runs the metric (120 eager updates cost seconds a metric); elsewhere it runs eagerly."""
+    def result(labels, scores):
+        metric.reset_state()
+        metric.update_state(labels, scores)
+        return metric.result()
+
+    if backend() == "tensorflow":
+        import tensorflow as tf
+
+        result = tf.function(result, reduce_retracing=True)
+    return lambda labels, scores: float(to_numpy(result(labels, scores)))
+
+
 @pytest.mark.parametrize("name", METRICS)
 def test_metric_means(batches, reference, name):
-    zero, exclude = _our_metric(name, "zero"), _our_metric(name, "exclude")
+    zero, exclude = (batch_result(_our_metric(name, kind)) for kind in ("zero", "exclude"))
     for i, labels, scores in each_batch(batches):
         theirs = reference[f"{name}_{i}"]
         np.testing.assert_array_equal(reference[f"{name}_weight_{i}"], 1.0)
         relevant = (labels >= 1).any(axis=1)
         k = int(name.partition("_")[2] or 0)
         if not name.startswith("precision") or (labels >= 0).sum(axis=1).min() >= k:
-            zero.reset_state()
-            zero.update_state(labels, scores)
-            assert_close(float(to_numpy(zero.result())), reference[f"{name}_result_{i}"],
+            assert_close(zero(labels, scores), reference[f"{name}_result_{i}"],
                          f"batch {i}, empty_lists='zero'")
         if relevant.any():
             ratio = _precision_divisor_ratio(name, labels)[relevant]
-            exclude.reset_state()
-            exclude.update_state(labels, scores)
-            assert_close(float(to_numpy(exclude.result())), np.mean(theirs[relevant] / ratio),
+            assert_close(exclude(labels, scores), np.mean(theirs[relevant] / ratio),
                          f"batch {i}, empty_lists='exclude'")
 
 
@@ -467,7 +480,7 @@ def test_new_metric_per_list_and_mean(batches, reference, name):
     base, _, k = name.rpartition("_") if name[-1].isdigit() else (name, "", "")
     make, their_weights, ratio = NEW_METRICS[base]
     cutoff = {"topn": int(k) or None} if k else {}
-    ours, zero = make(**cutoff), make(empty_lists="zero", **cutoff)
+    ours, zero = make(**cutoff), batch_result(make(empty_lists="zero", **cutoff))
     subtopic = base in ("alpha_dcg", "precision_ia")
     compared = 0
     for i in range(NEW_METRIC_BATCHES):
@@ -481,9 +494,7 @@ def test_new_metric_per_list_and_mean(batches, reference, name):
         assert_close(reference[f"{name}_weight_{i}"], expected_weights, f"batch {i} weights")
         assert np.all(theirs[~counted] * reference[f"{name}_weight_{i}"][~counted] == 0)
         if ratio is None or np.all(scale == 1):
-            zero.reset_state()
-            zero.update_state(given, scores)
-            assert_close(float(to_numpy(zero.result())), reference[f"{name}_result_{i}"],
+            assert_close(zero(given, scores), reference[f"{name}_result_{i}"],
                          f"batch {i}, empty_lists='zero'")
         compared += counted.sum()
     assert compared > 150

@@ -142,6 +142,16 @@ def each_batch(batches):
         yield i, batches[f"labels_{i}"], batches[f"scores_{i}"]
 
 
+def traced(function):
+    """`function` in one tf.function on TensorFlow, traced at most twice for the batches' shapes
+    (reduce_retracing; 120 batches run eagerly cost seconds a case), as it is elsewhere."""
+    if backend() != "tensorflow":
+        return function
+    import tensorflow as tf
+
+    return tf.function(function, reduce_retracing=True)
+
+
 def per_list_loss(loss, labels, scores):
     return to_numpy(loss(labels, scores)).astype(np.float64)
 
@@ -153,7 +163,7 @@ def assert_close(ours, theirs, what):
 @pytest.mark.parametrize("alpha_index", range(len(ALPHAS)),
                          ids=[f"alpha={a:g}" for a in ALPHAS])
 def test_approx_ndcg_loss(batches, reference, alpha_index):
-    loss = losses.ApproxNDCGLoss(alpha=ALPHAS[alpha_index], reduction=None)
+    loss = traced(losses.ApproxNDCGLoss(alpha=ALPHAS[alpha_index], reduction=None))
     for i, labels, scores in each_batch(batches):
         ordered = to_numpy(rank_ops.has_label_pairs(labels, labels >= 0))
         ours = per_list_loss(loss, labels, scores)
@@ -163,7 +173,7 @@ def test_approx_ndcg_loss(batches, reference, alpha_index):
 
 
 def test_ranknet_is_summed_pairwise_logistic_loss(batches, reference):
-    loss = losses.RankNetLoss(reduction=None)
+    loss = traced(losses.RankNetLoss(reduction=None))
     for i, labels, scores in each_batch(batches):
         assert_close(per_list_loss(loss, labels, scores), reference[f"pairwise_logistic_{i}"],
                      f"batch {i}")
@@ -173,14 +183,14 @@ def test_ranknet_is_summed_pairwise_logistic_loss(batches, reference):
                          ids=[f"topn={k}" for k in NDCG_TOPNS])
 def test_lambdarank_is_ndcg_lambda_weighted_pairwise_logistic_loss(batches, reference,
                                                                   topn_index):
-    loss = losses.LambdaRankLoss(topk=NDCG_TOPNS[topn_index], reduction=None)
+    loss = traced(losses.LambdaRankLoss(topk=NDCG_TOPNS[topn_index], reduction=None))
     for i, labels, scores in each_batch(batches):
         assert_close(per_list_loss(loss, labels, scores) * labels.shape[1],
                      reference[f"lambdarank_{i}_{topn_index}"], f"batch {i}")
 
 
 def test_listmle_without_label_ties(batches, reference):
-    loss = losses.ListMLELoss(reduction=None)
+    loss = traced(losses.ListMLELoss(reduction=None))
     for i, _, scores in each_batch(batches):
         labels = batches[f"distinct_labels_{i}"]
         padded = (labels < 0).sum(axis=1)
@@ -189,6 +199,7 @@ def test_listmle_without_label_ties(batches, reference):
                      reference[f"listmle_{i}"], f"batch {i}")
 
 
+@traced
 def _measure_per_list(name, labels, scores):
     """Returns our per-list value of metric `name` (as in `tfranking_reference`), `[B]`."""
     labels, mask, scores = rank_ops.standardize(labels, scores)
@@ -203,7 +214,7 @@ def _measure_per_list(name, labels, scores):
         value = measures.average_precision(relevance, positions)
     else:
         value = measures.reciprocal_rank(relevance, positions)
-    return to_numpy(value).astype(np.float64)
+    return value
 
 
 def _our_metric(name, empty_lists):
@@ -235,7 +246,8 @@ def test_metric_per_list(batches, reference, name):
     compared = 0
     for i, labels, scores in each_batch(batches):
         relevant = (labels >= 1).any(axis=1)
-        ours = _measure_per_list(name, labels, scores) * _precision_divisor_ratio(name, labels)
+        ours = to_numpy(_measure_per_list(name, labels, scores)).astype(np.float64)
+        ours = ours * _precision_divisor_ratio(name, labels)
         assert_close(ours[relevant], reference[f"{name}_{i}"][relevant], f"batch {i}")
         compared += relevant.sum()
     assert compared > 500
@@ -243,17 +255,13 @@ def test_metric_per_list(batches, reference, name):
 
 def batch_result(metric):
     """Returns `result(labels, scores)`: `metric`'s value over that one batch (its state reset
-    first). On TensorFlow one traced function takes every batch's shape, as a compiled Keras step
-    runs the metric (120 eager updates cost seconds a metric); elsewhere it runs eagerly."""
+    first), traced as a compiled Keras step runs it (see `traced`)."""
+    @traced
     def result(labels, scores):
         metric.reset_state()
         metric.update_state(labels, scores)
         return metric.result()
 
-    if backend() == "tensorflow":
-        import tensorflow as tf
-
-        result = tf.function(result, reduce_retracing=True)
     return lambda labels, scores: float(to_numpy(result(labels, scores)))
 
 

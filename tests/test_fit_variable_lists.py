@@ -128,37 +128,133 @@ def compile_mode_choices(paths):
     return {path for path in paths if path.endswith((": XLA", ": no XLA"))}
 
 
-@pytest.mark.parametrize("loss, mode", LOSSES_IN_FIT_MODES)
-def test_every_loss_trains_on_variable_length_lists(loss, mode):
-    metric_list = registered(keras.metrics.Metric) if type(loss) is METRICS_WITH else []
-    with pair_plan.recording_paths() as paths:
-        model, history = fit(loss, mode, metric_list)
-    if mode == "xla" and type(loss).__name__ in NO_COMPILE_MODE_CHOICE:
-        assert not compile_mode_choices(paths), "it needs its graph-mode fit back"
-    if mode == "graph":
-        assert compile_mode_choices(paths), "its graph-mode fit repeats its XLA fit"
+class RecordingPaths(keras.losses.Loss):
+    """`loss` as Keras calls it, keeping the `pair_plan` choices it makes when traced."""
+
+    def __init__(self, loss):
+        super().__init__(name=loss.name)
+        self.loss, self.paths = loss, []
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        with pair_plan.recording_paths() as paths:
+            value = self.loss(y_true, y_pred, sample_weight)
+        self.paths.extend(paths)
+        return value
+
+
+class ScaledScores(keras.layers.Layer):
+    """`a · scores` with a learnt scalar `a` (initially 1): one loss's own copy of shared scores,
+    moved by that loss's gradient alone."""
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(shape=(), initializer="ones", name="scale")
+
+    def call(self, scores):
+        return self.scale * scores
+
+
+class ScorerOfManyLosses(keras.Model):
+    """One scorer, built beforehand as the trainer builds it, and a `ScaledScores` output per
+    loss: one compiled train step (one trace of the scorer, one XLA compile per list size) trains
+    every loss, each with its own output, `<name>_loss` value and scale."""
+
+    def __init__(self, names):
+        super().__init__()
+        self.scorer = untrained_scorer()
+        self.names = list(names)
+        self.scales = [ScaledScores(name=f"{name}_scale") for name in self.names]
+        for scale in self.scales:
+            scale.build(None)
+        self.build(INPUT_SHAPES)
+
+    def call(self, inputs, training=False):
+        scores = self.scorer(inputs, training=training)
+        return {name: scale(scores) for name, scale in zip(self.names, self.scales)}
+
+
+def fit_every_loss(named_losses, mode, metrics_of):
+    """Trains `ScorerOfManyLosses` on `named_losses` {output name: loss}, `metrics_of` {output
+    name: metrics}: returns the model and a function of batches that fits them (labels to every
+    output) and returns the history."""
+    model = ScorerOfManyLosses(named_losses)
+    # Each loss weighs 1/n: the scorer steps as far as with one loss, which keeps the scale of the
+    # mean squared loss, say, from diverging on scores that the pairwise losses spread apart.
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=named_losses, metrics=metrics_of,
+                  loss_weights={name: 1.0 / len(named_losses) for name in named_losses},
+                  jit_compile=mode in ("xla", "jit"))
+
+    def fit_on(batches, callbacks=()):
+        data = dataset(batches).map(lambda inputs, labels: (
+            inputs, {name: labels for name in named_losses}))
+        return model.fit(data, epochs=1, verbose=0, callbacks=list(callbacks)).history
+
+    return model, fit_on
+
+
+# The losses each mode's fit trains, by name.
+LOSSES_BY_MODE = {mode: {type(param.values[0]).__name__: param.values[0]
+                         for param in LOSSES_IN_FIT_MODES if param.values[1] == mode}
+                  for mode in FIT_MODES}
+
+
+@pytest.mark.parametrize("mode", FIT_MODES)
+def test_every_loss_trains_on_variable_length_lists(mode):
+    """Every loss of the mode through one fit of one scorer (see `ScorerOfManyLosses`): each
+    loss's value, scale and traced choices are its own, and a failure names each loss that
+    failed."""
+    recorded = {name: RecordingPaths(loss) for name, loss in LOSSES_BY_MODE[mode].items()}
+    metrics_of = {METRICS_WITH.__name__: registered(keras.metrics.Metric)}
+    model, fit_on = fit_every_loss(recorded, mode, metrics_of)
+    history = fit_on(variable_length_batches)
+    failures = []
+
+    def expect(ok, name, what):
+        if not ok:
+            failures.append(f"{name}: {what}")
+
+    unbounded = (metrics.DCG, metrics.AlphaDCG, metrics.ARP)  # sums of gains; a mean position
+    for (name, loss), scale in zip(recorded.items(), model.scales):
+        if mode == "xla" and name in NO_COMPILE_MODE_CHOICE:
+            expect(not compile_mode_choices(loss.paths), name, "it needs its graph-mode fit back")
+        if mode == "graph":
+            expect(compile_mode_choices(loss.paths), name, "its graph-mode fit repeats its XLA fit")
+        values = history[f"{name}_loss"]
+        # not 0 either: a `<name>_loss` that was never updated reads 0, as with equal labels
+        expect(len(values) == 1 and np.isfinite(values[0]) and values[0] != 0.0, name,
+               f"loss {values}")
+        moved = float(to_numpy(scale.scale))
+        expect(np.isfinite(moved) and moved != 1.0, name,
+               f"no gradient reached its scores (scale {moved})")
+        for metric in metrics_of.get(name, []):
+            values = history[f"{name}_{metric.name}"]
+            upper = np.inf if isinstance(metric, unbounded) else 1.0
+            expect(np.all(np.isfinite(values)) and 0.0 < values[-1] <= upper, name,
+                   f"metric {metric.name} {values}")
+    assert not failures, "\n".join(failures)
     assert len(history["loss"]) == 1 and np.all(np.isfinite(history["loss"]))
     assert all(np.all(np.isfinite(w)) for w in model.get_weights())
-    assert not np.allclose(to_numpy(model.hidden_dense[0].kernel),
+    assert not np.allclose(to_numpy(model.scorer.hidden_dense[0].kernel),
                            to_numpy(untrained_scorer().hidden_dense[0].kernel)), (
         "no gradient reached the scorer")
-    unbounded = (metrics.DCG, metrics.AlphaDCG, metrics.ARP)  # sums of gains; a mean position
-    for metric in metric_list:
-        values = history[metric.name]
-        upper = np.inf if isinstance(metric, unbounded) else 1.0
-        assert np.all(np.isfinite(values)) and 0.0 < values[-1] <= upper, (metric.name, values)
     if mode not in XLA_MODES:
         return
 
     # SGD without momentum: no gradient, no step (batch-norm statistics move, as they do anyway)
     before = [to_numpy(w) for w in model.trainable_weights]
-    equal = model.fit(dataset(with_equal_labels), epochs=1, verbose=0).history
+    scales = [float(to_numpy(scale.scale)) for scale in model.scales]
+    equal = fit_on(with_equal_labels)
+    for name, scale, was in zip(recorded, model.scales, scales):
+        expect(equal[f"{name}_loss"] == [0.0], name, f"equal labels: loss {equal[f'{name}_loss']}")
+        expect(float(to_numpy(scale.scale)) == was, name, "equal labels: a gradient")
+    assert not failures, "\n".join(failures)
     assert equal["loss"] == [0.0]
     for after, weight in zip(model.trainable_weights, before):
-        np.testing.assert_array_equal(to_numpy(after), weight)
+        np.testing.assert_array_equal(to_numpy(after), weight, err_msg=after.path)
 
-    with_nan = model.fit(dataset(with_nan_feature), epochs=1, verbose=0,
-                         callbacks=[keras.callbacks.TerminateOnNaN()]).history
+    with_nan = fit_on(with_nan_feature, [keras.callbacks.TerminateOnNaN()])
+    for name in recorded:
+        expect(np.isnan(with_nan[f"{name}_loss"][0]), name, "a NaN score left the loss finite")
+    assert not failures, "\n".join(failures)
     assert np.isnan(with_nan["loss"][0])
 
 

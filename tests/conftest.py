@@ -192,6 +192,13 @@ def loss_and_grad(loss_fn, labels, scores, mode=None, unknown_shape=False):
     `[None, None]` labels and scores (the shape whole lists have in the trainer); JAX always sees
     static shapes.
     """
+    return value_and_grad_function(loss_fn, mode, unknown_shape)(labels, scores)
+
+
+def value_and_grad_function(loss_fn, mode=None, unknown_shape=False):
+    """`loss_and_grad` of `loss_fn` in `mode` as one function of (labels, scores), to call on many
+    batches: compiled, it is traced (and compiled by XLA) once per shape, or on TensorFlow once
+    for every shape if `unknown_shape`."""
     mode = mode or COMPILE_MODES[0]
     name = backend()
     if name == "tensorflow":
@@ -207,23 +214,32 @@ def loss_and_grad(loss_fn, labels, scores, mode=None, unknown_shape=False):
             signature = [tf.TensorSpec((None, None), tf.float32)] * 2 if unknown_shape else None
             value_and_grad = tf.function(value_and_grad, jit_compile=mode == "xla",
                                          input_signature=signature)
-        if labels is not None:
-            labels = tf.convert_to_tensor(labels)
-        value, grad = value_and_grad(labels, tf.convert_to_tensor(scores))
-        return value.numpy(), grad.numpy()
+
+        def run(labels, scores):
+            labels = None if labels is None else tf.convert_to_tensor(labels)
+            value, grad = value_and_grad(labels, tf.convert_to_tensor(scores))
+            return value.numpy(), grad.numpy()
+
+        return run
     if name == "jax":
         import jax
         import jax.numpy as jnp
+
         value_and_grad = jax.value_and_grad(lambda s, y: jnp.sum(loss_fn(y, s)))
         if mode == "jit":
             value_and_grad = jax.jit(value_and_grad)
-        value, grad = value_and_grad(jnp.asarray(scores), labels)
-        return np.asarray(value), np.asarray(grad)
-    import torch
-    x = torch.tensor(scores, requires_grad=True)
-    value = torch.sum(loss_fn(labels, x))
-    value.backward()
-    return value.detach().numpy(), x.grad.numpy()
+        return lambda labels, scores: tuple(
+            np.asarray(t) for t in value_and_grad(jnp.asarray(scores), labels))
+
+    def run_torch(labels, scores):
+        import torch
+
+        x = torch.tensor(scores, requires_grad=True)
+        value = torch.sum(loss_fn(labels, x))
+        value.backward()
+        return value.detach().numpy(), x.grad.numpy()
+
+    return run_torch
 
 
 # Arguments a registered class cannot be built without; everything else takes its defaults.

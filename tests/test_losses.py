@@ -10,7 +10,7 @@ from keras import ops
 
 from conftest import (COMPILE_MODES, REPO, REQUIRED_ARGS, backend, compiled_on_jax,
                       loss_and_grad, random_batch, registered, registered_losses_in_modes,
-                      to_numpy)
+                      to_numpy, value_and_grad_function)
 from tfapprox import direct_ops
 from tfapprox import losses
 from tfapprox import neural_sort
@@ -64,33 +64,6 @@ IDS = [f"{type(l).__name__}-{i}" for i, l in enumerate(ALL_LOSSES)]
 def per_list(loss, labels, scores):
     """`loss.call`'s values per list: op by op on TensorFlow, jitted on JAX."""
     return to_numpy(compiled_on_jax(loss.call)(labels, scores))
-
-
-def value_and_grad_function(loss_fn, mode=None, unknown_shape=False):
-    """`conftest.loss_and_grad` of `loss_fn` in `mode` as one function of (labels, scores), to
-    call on many batches: compiled, it is traced (and compiled by XLA) once per shape, or on
-    TensorFlow once for every shape if `unknown_shape` (`[None, None]`, as the trainer's lists)."""
-    mode = mode or COMPILE_MODES[0]
-    if backend() != "tensorflow":
-        import jax
-
-        grad = jax.value_and_grad(lambda scores, labels: ops.sum(loss_fn(labels, scores)))
-        grad = jax.jit(grad) if mode == "jit" else grad
-        return lambda labels, scores: tuple(map(to_numpy, grad(scores, labels)))
-    import tensorflow as tf
-
-    def value_and_grad(labels, scores):
-        with tf.GradientTape() as tape:
-            tape.watch(scores)
-            value = tf.reduce_sum(loss_fn(labels, scores))
-        return value, tape.gradient(value, scores)
-
-    if mode != "eager":
-        signature = [tf.TensorSpec((None, None), tf.float32)] * 2 if unknown_shape else None
-        value_and_grad = tf.function(value_and_grad, jit_compile=mode == "xla",
-                                     input_signature=signature)
-    return lambda labels, scores: tuple(t.numpy() for t in value_and_grad(
-        tf.convert_to_tensor(labels), tf.convert_to_tensor(scores)))
 
 
 @pytest.mark.parametrize("loss", ALL_LOSSES, ids=IDS)

@@ -282,13 +282,22 @@ def _run_config(run: Run, files: dict[str, list[str]], num_features: int, scratc
 
 
 def _train(config) -> dict[str, Any]:
-    """Trains (or resumes) the run of `config` through the trainer; returns its results."""
+    """Trains (or resumes) the run of `config` through the trainer; returns its results.
+
+    A run that an earlier invocation left unfinished resumes from its checkpoint, unless the
+    trainer refuses that checkpoint (damaged, or its data files' modification times changed since,
+    as when a data directory is copied again): the run then starts over in its scratch directory,
+    which only this harness writes."""
     import keras
 
-    from trainer import train
+    from trainer import checkpoint, train
 
     keras.backend.clear_session()
-    return train.train(config, print_fn=lambda _: None)
+    try:
+        return train.train(config, print_fn=lambda _: None)
+    except checkpoint.CheckpointError:
+        keras.backend.clear_session()
+        return train.train(config, fresh=True, print_fn=lambda _: None)
 
 
 def _best_model(config, num_features: int):

@@ -508,3 +508,22 @@ def test_an_ensemble_of_different_settings_combines_their_runs_of_its_own_seed(t
     assert [(m["run"]["loss"], m["run"]["seed"]) for m in members] == [("ranknet", 0),
                                                                        ("listmle", 0)]
     assert read_cached(cache, runs_of(mixed, "mine", [1], [0], 1)[0], print)
+
+
+def test_a_checkpoint_the_trainer_refuses_starts_the_run_over(monkeypatch):
+    """An unfinished run of an earlier invocation whose checkpoint the trainer refuses (its data
+    files were copied again, so their modification times changed) trains afresh, not a
+    traceback that stops every run after it."""
+    from trainer import checkpoint, train
+
+    calls = []
+
+    def refusing_once(config, *, fresh=False, print_fn=print, dist=None):
+        calls.append(fresh)
+        if not fresh:
+            raise checkpoint.CheckpointError("run holds a checkpoint trained on other data")
+        return {"trained": config}
+
+    monkeypatch.setattr(train, "train", refusing_once)
+    assert experiment_runs._train("config") == {"trained": "config"}
+    assert calls == [False, True]

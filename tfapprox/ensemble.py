@@ -164,4 +164,3 @@ class ScoreEnsemble(keras.Model):
         config = dict(config)
         members = [keras.saving.deserialize_keras_object(m) for m in config.pop("members")]
         return cls(members, **config)
-

@@ -310,7 +310,6 @@ class _Signatures:
     """
 
     def __init__(self, model, num_features, example_layout, bounds):
-        self.model = model
         self.num_features = num_features
         self.example_layout = example_layout
         self.bounds = bounds

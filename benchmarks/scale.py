@@ -42,6 +42,10 @@ holds the settings the work directory was made with: a rerun with other --querie
 --epochs or --lightgbm-rounds is refused. --stages runs a subset (generate, convert, train,
 evaluate, export, lightgbm; later stages need the earlier ones' results). At the end the tables of
 every finished stage are printed and written to WORK/table.md.
+
+--preload (quick runs, e.g. the tests'): every stage's child is forked from one process that has
+already imported TensorFlow, tfapprox, the trainer and LightGBM, not started afresh, which saves
+each stage the seconds of CPU those imports take; its peak RSS then includes what it inherited.
 """
 
 from __future__ import annotations
@@ -74,13 +78,20 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.lightgbm_child:
         return _lightgbm_child(Path(args.work), args.seed, args.lightgbm_rounds)
+    if args.fork_server:
+        return _fork_server()
     work = Path(args.work or f"runs/scale-{args.queries}")
     _claim(work, {"queries": args.queries, "seed": args.seed, "epochs": args.epochs,
                   "lightgbm_rounds": args.lightgbm_rounds, "batch_size": args.batch_size})
     stages = [stage for stage in _plan(args) if stage.kind in args.stages]
-    for stage in stages:
-        if _cached(work, stage.name) is None:
-            _run_stage(work, stage)
+    to_run = [stage for stage in stages if _cached(work, stage.name) is None]
+    forker = _Forker() if args.preload and to_run else None
+    try:
+        for stage in to_run:
+            _run_stage(work, stage, forker)
+    finally:
+        if forker is not None:
+            forker.close()
     table = _report(work, _plan(args), args)
     (work / "table.md").write_text(table)
     print(table, end="")
@@ -106,7 +117,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lightgbm-rounds", type=_positive, default=500,
                         help="LightGBM's boosting rounds at most (default 500)")
     parser.add_argument("--seed", type=int, default=0, help="data, training and LightGBM seed")
+    parser.add_argument("--preload", action="store_true",
+                        help="fork each stage from a process that has imported TensorFlow "
+                        "(quick runs: saves each stage's start-up; see below)")
     parser.add_argument("--lightgbm-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fork-server", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -190,37 +205,125 @@ def _cached(work: Path, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _run_stage(work: Path, stage: Stage) -> None:
-    """Runs `stage` as a child process; on success keeps its wall time, peak RSS and results."""
+def _child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
+def _run_stage(work: Path, stage: Stage, forker: _Forker | None = None) -> None:
+    """Runs `stage` as a child process (forked by `forker` if given); on success keeps its wall
+    time, peak RSS and results."""
     for unfinished in ("text.partial", "records.partial"):  # left by a killed stage of ours
         shutil.rmtree(work / unfinished, ignore_errors=True)
     (work / "logs").mkdir(exist_ok=True)
     log = work / "logs" / f"{stage.name}.log"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     print(f"[{time.strftime('%H:%M:%S')}] {stage.name}: {' '.join(stage.command[1:])}", flush=True)
     load_before, started = os.getloadavg()[0], time.perf_counter()
     with open(log, "w") as out:
-        child = subprocess.Popen(stage.command, cwd=work, env=env, stdout=out,
-                                 stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
+        if forker is None:
+            child = subprocess.Popen(stage.command, cwd=work, env=_child_env(), stdout=out,
+                                     stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(child.pid, 0)
+            returncode, cpu, max_rss = (os.waitstatus_to_exitcode(status),
+                                        usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
+        else:
+            returncode, cpu, max_rss = forker.run(stage.command, work, log)
     wall = time.perf_counter() - started
     output = log.read_text()
-    if child.returncode != 0:
+    if returncode != 0:
         tail = "\n".join(output.splitlines()[-15:])
         raise SystemExit(f"{tail}\nerror: stage {stage.name} exited with status "
-                         f"{child.returncode}; its log is {log}")
+                         f"{returncode}; its log is {log}")
     # ru_maxrss is in KiB on Linux, in bytes on macOS
-    peak = usage.ru_maxrss / (2**20 if platform.system() == "Darwin" else 2**10)
+    peak = max_rss / (2**20 if platform.system() == "Darwin" else 2**10)
     result = {"stage": stage.name, "command": " ".join(stage.command[1:]),
               "wall_seconds": round(wall, 1), "peak_rss_mib": round(peak),
-              "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
+              "cpu_seconds": round(cpu, 1),
               "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
               **stage.finish(work, output)}
     (work / "stages").mkdir(exist_ok=True)
     (work / "stages" / f"{stage.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"    {result['wall_seconds']} s, peak RSS {result['peak_rss_mib']} MiB", flush=True)
+
+
+class _Forker:
+    """--preload: a process (`--fork-server`) that has imported what the stages import, and forks
+    a child per stage that runs the stage's `python -m MODULE ARGS...` there."""
+
+    def __init__(self):
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.scale", "--fork-server"], env=_child_env(),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self, command: list[str], cwd: Path, log: Path) -> tuple[int, float, int]:
+        """Returns the child's exit status, CPU seconds and ru_maxrss, as wait4 gives them."""
+        assert command[1] == "-m", command
+        self.server.stdin.write(json.dumps({"module": command[2], "args": command[3:],
+                                            "cwd": str(Path(cwd).resolve()),
+                                            "log": str(Path(log).resolve())}) + "\n")
+        self.server.stdin.flush()
+        reply = self.server.stdout.readline()
+        if not reply:
+            raise SystemExit(f"error: the --preload process exited with status "
+                             f"{self.server.wait()}")
+        done = json.loads(reply)
+        return done["returncode"], done["cpu_seconds"], done["max_rss"]
+
+    def close(self) -> None:
+        self.server.stdin.close()
+        self.server.wait()
+
+
+def _fork_server() -> int:
+    """Imports what the stages import, then for each request on stdin (JSON: module, args, cwd,
+    log) forks a child that runs `python -m MODULE ARGS...` from cwd, its output to log; replies
+    with its exit status and resource usage."""
+    import runpy
+    import traceback
+
+    replies = os.fdopen(os.dup(1), "w")  # stdout is the replies' alone: what else prints, to stderr
+    os.dup2(2, 1)
+    import lightgbm  # noqa: F401
+    import tfapprox.data  # noqa: F401
+    import trainer.__main__  # noqa: F401
+    import trainer.train  # noqa: F401
+    from benchmarks import experiment_runs  # noqa: F401
+
+    for line in iter(sys.stdin.readline, ""):
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                replies.close()
+                os.chdir(request["cwd"])
+                out = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                os.dup2(out, 1)
+                os.dup2(out, 2)
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                sys.argv = [request["module"], *request["args"]]
+                try:
+                    runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+                    code = 0
+                except SystemExit as exit_:
+                    if isinstance(exit_.code, int) or exit_.code is None:
+                        code = exit_.code or 0
+                    else:  # as the interpreter does with sys.exit("message")
+                        print(exit_.code, file=sys.stderr)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status, usage = os.wait4(pid, 0)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status),
+                          "cpu_seconds": usage.ru_utime + usage.ru_stime,
+                          "max_rss": usage.ru_maxrss}), file=replies, flush=True)
+    return 0
 
 
 def _finish_generate(work: Path, output: str) -> dict[str, Any]:

@@ -33,13 +33,15 @@ def test_a_directory_not_made_by_the_script_is_refused(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
 
 
-@pytest.mark.slow  # six child processes, each starting TensorFlow: about a minute on 2 cores
+@pytest.mark.slow  # two processes that import TensorFlow, forking five stages from one
 def test_tiny_run_end_to_end_then_resumed(tmp_path, capsys):
-    """Each stage's child starts TensorFlow (8-9 CPU-s), then does 1-8 CPU-s of work at these
-    sizes, so the run stops before its last stage (--stages) and the rerun that resumes it runs
-    that stage alone: six children in all."""
+    """A child started afresh spends 5-9 CPU-s importing TensorFlow, then 1-8 CPU-s of work at
+    these sizes: the first five stages are forked from one process that has imported it
+    (--preload), and the run stops before its last stage (--stages), which the rerun that resumes
+    it runs alone, as a child started afresh (the default)."""
     work = tmp_path / "work"
-    assert scale.main(["--work", str(work), *TINY, "--stages", ",".join(FIRST_KINDS)]) == 0
+    assert scale.main(["--work", str(work), *TINY, "--stages", ",".join(FIRST_KINDS),
+                       "--preload"]) == 0
     first = capsys.readouterr().out
     assert re.findall(r"^\[[\d:]+\] (\S+):", first, re.M) == STAGES[:-1]
     assert re.search(r"^Not run: lightgbm\.$", first, re.M)

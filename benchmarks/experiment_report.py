@@ -26,10 +26,9 @@ from benchmarks.results_cache import read_cached
 DASALC_TABLE = ("dasalc", "dasalc_search", "dasalc_quantile", "dasalc_quantile_search",
                 "losses_quantile", "list_standardized", "dasalc_ensemble", "mixed_ensemble",
                 "dasalc_ablation")
-
-PUBLISHED_CHEN_OHSUMED = {  # Chen et al., NIPS 2009, Table 1: test NDCG@5 / @10, linear models
-    "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),
-    "listmle": (0.4471, 0.4347), "weighted_listmle": (0.4588, 0.4453)}
+# The studies whose rows are also shown with LETOR's convention, where a test query has no
+# relevant document.
+LETOR_CONVENTION = ("chen", "lightgbm")
 
 
 class Selected:
@@ -170,6 +169,22 @@ def table(rows, folds, metrics=METRICS, zero_empty=False, names=None):
     return "\n".join(lines)
 
 
+@dataclasses.dataclass
+class SetView:
+    """One set's part of the page: its rows by study (`rows`), those of the studies it shows
+    (`shown`), the folds its tables are over, and the directory its plots go under."""
+
+    data: object  # an `experiments.DataSet`
+    rows: dict
+    shown: dict
+    folds: list
+    out: Path
+
+    @property
+    def every_row(self):
+        return [r for study in self.rows.values() for r in study]
+
+
 def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, epochs,
           say=print, data_keys=None) -> Path:
     """Writes `out/results.md` and `out/results/*.png` with the sections of the `selected` studies
@@ -180,8 +195,7 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
     (out / "results").mkdir(exist_ok=True)
     unreadable = {}  # one line per file, though several tables read it
     parts = [_header(data_sets, cache, folds, seeds, epochs)]
-    mixed = {}  # set name -> (rows of the candidate studies, the ensembles' rows, the GBDT)
-    summary = {}  # set name -> (rows by study, the folds its tables are over)
+    views = []
     for data in data_sets:
         parts.append(f"\n## {data.name}\n")
         keys = (data_keys or {}).get(data.name)
@@ -200,44 +214,16 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
                          else f"Not run on {data.name}: {', '.join(idle)} (`python -m "
                          f"benchmarks.experiments run --study {' '.join(idle)} {data.flags()}`).\n")
             shown = {name: study for name, study in shown.items() if name not in idle}
-        if "chen" in shown:
-            parts.append(_chen(rows["chen"], data, folds_here))
-        if "qin" in shown:
-            parts.append(_qin(rows["qin"], data, folds_here))
-        if "yilmaz" in shown:
-            parts.append(_yilmaz(rows["yilmaz"], data, folds_here))
-        if "bruch_alpha" in shown or "bruch_depth" in shown:
-            parts.append(_bruch(rows["bruch_alpha"], rows["bruch_depth"], data, folds_here, out))
-        every_row = [r for study in rows.values() for r in study]
-        for name in (name for name in TABLES if name in shown):
-            parts.append(declared(name, rows[name], every_row, data, folds_here))
-            if name == "direct":
-                parts.append(_direct_published(rows[name], data, folds_here))
-        if "lightgbm" in shown:
-            parts.append(_lightgbm(shown, data, folds_here))
-        if {"gbdt", *DASALC_TABLE, "dasalc_tuned"} & shown.keys():
-            parts.append(_gbdt_and_dasalc(
-                rows["gbdt"], [r for name in DASALC_TABLE if name in shown for r in rows[name]
-                               if r.by_fold_seed],
-                shown.get("dasalc_tuned", []), every_row, data, folds_here))
-        if "recommended" in shown:
-            parts.append(_recommended(rows["recommended"], rows["gbdt"], data, folds_here))
-        summary[data.name] = rows, folds_here
-        if "losses" in shown:
-            parts.append(_losses(rows["losses"], rows["gbdt"], data, folds_here))
-        if "mixed_ensemble" in shown and folds_here == folds:
-            mixed[data.name] = (rows, rows["mixed_ensemble"],
-                                _gbdt_reference(rows["gbdt"], folds_here))
-        convention = [r for name in ("chen", "lightgbm") for r in shown.get(name, [])]
-        if _some_query_without_relevant(convention):
-            parts.append(_letor_convention(convention, data, folds_here))
-        if "bruch_alpha" in shown:
-            at_10 = [r for r in rows["bruch_alpha"] if dict(r.setting.params)["alpha"] == 10.0]
-            parts.append(_tightness(at_10[0], data, folds_here, out))
-    if mixed:
-        parts.append(_mixed_ensemble([ENSEMBLES_BY_NAME[s.loss] for s in studies["mixed_ensemble"]],
-                                     mixed, folds))
-    parts.insert(1, _summary(summary, folds))
+        view = SetView(data, rows, shown, folds_here, out)
+        views.append(view)
+        for name, declaration in TABLES.items():
+            if shown.keys() & set(declaration.studies or (name,)):
+                parts += declared(name, view)
+        drawn = [draw(view) for names, draw in SECTIONS if shown.keys() & set(names)]
+        parts += [text for text in drawn if text is not None]
+    across = _ensembles_across_sets(views, folds)
+    parts += [across] if across is not None else []
+    parts.insert(1, _summary(views, folds))
     for line in unreadable:
         say(line)
     path = out / "results.md"
@@ -295,12 +281,11 @@ def _header(data_sets, cache, folds, seeds, epochs):
         f"Python {platform.python_version()}, TensorFlow {tf.__version__}.\n")
 
 
-def _chen(rows, data, folds):
-    lines = ["### Weighted vs plain RankNet and ListMLE (Chen et al. 2009, Table 1)\n",
-             f"`python -m benchmarks.experiments run --study chen {data.flags()}`\n",
-             table(rows, folds), ""]
-    lines.append("| scorer | comparison | NDCG@5: weighted − plain | NDCG@10: weighted − plain |")
-    lines.append("|---|---|---|---|")
+def _chen_note(view):
+    """Each weighted loss against its plain one on the same scorer, and the published figures."""
+    rows, folds = view.rows["chen"], view.folds
+    lines = ["| scorer | comparison | NDCG@5: weighted − plain | NDCG@10: weighted − plain |",
+             "|---|---|---|---|"]
     by_key = {(r.setting.model, r.setting.loss): r for r in rows}
     for scorer in dict.fromkeys(r.setting.model for r in rows):  # the study's scorers, in order
         for plain in ("ranknet", "listmle"):
@@ -308,17 +293,17 @@ def _chen(rows, data, folds):
             cells = [_fmt_test(paired(weighted, by_key[scorer, plain], folds, m))
                      for m in ("ndcg@5", "ndcg@10")]
             lines.append(f"| {scorer} | weighted_{plain} vs {plain} | {cells[0]} | {cells[1]} |")
-    if data.shared and data.name == "OHSUMED":  # the published folds
+    published = _published("chen", view.data)
+    if published:
         lines.append("\nChen et al.'s linear models on the same folds (NDCG@5 / @10): " + ", ".join(
-            f"{name} {a:.4f} / {b:.4f}" for name, (a, b) in PUBLISHED_CHEN_OHSUMED.items()) + ".")
+            f"{name} {a:.4f} / {b:.4f}" for name, (a, b) in published.items()) + ".")
     return "\n".join(lines) + "\n"
 
 
-def _qin(rows, data, folds):
-    lines = ["### ApproxAP vs ApproxNDCG vs Approx P@10 (Qin et al. 2010, Tables 2-3)\n",
-             f"`python -m benchmarks.experiments run --study qin {data.flags()}`\n",
-             table(rows, folds), "",
-             "Paired tests, in each measure, of the loss that optimises it against the others:\n",
+def _qin_note(view):
+    """In each measure, the loss that optimises it against the others."""
+    rows, folds = view.rows["qin"], view.folds
+    lines = ["Paired tests, in each measure, of the loss that optimises it against the others:\n",
              "| measure | optimiser | vs | difference |", "|---|---|---|---|"]
     own = {"map": rows[0], "ndcg@10": rows[1], "p@10": rows[2]}
     for metric, mine in own.items():
@@ -329,41 +314,38 @@ def _qin(rows, data, folds):
     return "\n".join(lines) + "\n"
 
 
-def _yilmaz(rows, data, folds):
+def _yilmaz_note(view):
+    """Each row trained on one measure, tested in each, against the row trained on that one."""
     measures = {"AP": "map", "P@10": "p@10", "NDCG@10": "ndcg@10"}
-    rows = dict(zip(YILMAZ_MEASURES, rows))
+    rows = dict(zip(YILMAZ_MEASURES, view.rows["yilmaz"]))
     header = ["trained on \\ tested on"] + list(measures)
-    lines = ["### Train on one measure, test on another (Yilmaz & Robertson, Table 2)\n",
-             f"`python -m benchmarks.experiments run --study yilmaz {data.flags()}`\n",
-             "Each cell: mean ± std over seeds, then the paired difference against the row trained "
+    lines = ["Each cell: mean ± std over seeds, then the paired difference against the row trained "
              "on the column's own measure (the diagonal).\n",
              "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for name, row in rows.items():
         cells = [f"{name} ({row.setting.label()})"]
         for column, metric in measures.items():
-            text = _fmt(row.cell(folds, metric))
+            text = _fmt(row.cell(view.folds, metric))
             if name != column:
-                text += " " + _fmt_test(paired(row, rows[column], folds, metric))
+                text += " " + _fmt_test(paired(row, rows[column], view.folds, metric))
             cells.append(text)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _bruch(alphas, depths, data, folds, out):
-    lines = ["### ApproxNDCG: effect of α and of depth (Bruch et al. 2019)\n",
-             "`python -m benchmarks.experiments run --study bruch_alpha bruch_depth "
-             f"{data.flags()}`\n",
-             table(alphas, folds, ("ndcg@5", "ndcg@10", "map")), "",
-             table(depths, folds, ("ndcg@5", "ndcg@10", "map"))]
+def _bruch_plots(view):
+    """The test metrics plotted against α and against depth, where any ran."""
+    alphas, depths, data = view.rows["bruch_alpha"], view.rows["bruch_depth"], view.data
     alpha_values = [dict(r.setting.params)["alpha"] for r in alphas]
+    images = []
     for name, rows, xs, xlabel in (("alpha", alphas, alpha_values, "α (log scale)"),
                                    ("depth", depths, [r.setting.model for r in depths], "scorer")):
-        png = _plot(rows, xs, xlabel, folds,
-                    out / "results" / f"{data.name.lower()}_{name}.png",
+        png = _plot(rows, xs, xlabel, view.folds,
+                    view.out / "results" / f"{data.name.lower()}_{name}.png",
                     f"{data.name}: ApproxNDCG, test metric vs {name}", log=name == "alpha")
         if png:
-            lines.append(f"\n![{data.name} {name}](results/{png.name})")
-    return "\n".join(lines) + "\n"
+            images.append(f"![{data.name} {name}](results/{png.name})")
+    return "\n\n".join(images) + "\n" if images else None
 
 
 def _plot(rows, xs, xlabel, folds, path, title, log):
@@ -400,43 +382,61 @@ def _plot(rows, xs, xlabel, folds, path, title, log):
     return path
 
 
-def declared(name, rows, every_row, data, folds):
-    """Draws the study `name` as its `experiment_studies.TABLES` entry declares: its table, then
-    each row's paired difference from the reference row (found among `every_row`)."""
-    declared_table = TABLES[name]
-    reference = next((r for r in every_row if r.setting.label() == declared_table.reference),
+def declared(name, view):
+    """Draws the table `name` as `experiment_studies.TABLES` declares it on one set (`view`): a
+    table of each of its studies' rows, each row's paired difference from the reference row
+    (found among every study's rows), then its note (`NOTES`), if it has one; returns the parts of
+    the page."""
+    declaration = TABLES[name]
+    studies = declaration.studies or (name,)
+    rows = [r for study in studies for r in view.rows[study]]
+    reference = next((r for r in view.every_row if r.setting.label() == declaration.reference),
                      None)
-    lines = [f"### {declared_table.title}\n",
-             f"`python -m benchmarks.experiments run --study {name} {data.flags()}`\n",
-             table(rows, folds, declared_table.metrics)]
-    if reference is not None and declared_table.tests:
-        lines += ["", "| setting | " + " | ".join(f"{m} − {declared_table.reference}"
-                                                  for m in declared_table.tests) + " |",
-                  "|---" * (len(declared_table.tests) + 1) + "|"]
+    lines = [f"### {declaration.title}\n",
+             f"`python -m benchmarks.experiments run --study {' '.join(studies)} "
+             f"{view.data.flags()}`"]
+    for study in studies if declaration.metrics else ():
+        lines += ["", table(view.rows[study], view.folds, declaration.metrics)]
+    if reference is not None and declaration.tests:
+        lines += ["", "| setting | " + " | ".join(f"{m} − {declaration.reference}"
+                                                  for m in declaration.tests) + " |",
+                  "|---" * (len(declaration.tests) + 1) + "|"]
         lines += [f"| {r.setting.label()} | " + " | ".join(
-            _fmt_test(paired(r, reference, folds, m)) for m in declared_table.tests) + " |"
+            _fmt_test(paired(r, reference, view.folds, m)) for m in declaration.tests) + " |"
             for r in rows if r.setting != reference.setting]
-    return "\n".join(lines) + "\n"
+    note = NOTES[name](view) if name in NOTES else None
+    return ["\n".join(lines) + "\n", *([note] if note is not None else [])]
 
 
-def _direct_published(rows, data, folds):
-    """The published figures of SVM^map and SoftRank on OHSUMED's folds, against ours."""
-    if not (data.shared and data.name == "OHSUMED"):  # the published folds
+def _published(name, data):
+    """The figures `TABLES[name]` declares published on the folds of `data` (a shared set), or
+    None."""
+    return TABLES[name].published.get(data.name) if data.shared else None
+
+
+def _direct_note(view):
+    """The published figures of SVM^map and SoftRank against ours; a blank line on other sets."""
+    published = _published("direct", view.data)
+    if not published:
         return ""
+    rows, folds = view.rows["direct"], view.folds
     svm_map = next(r for r in rows if r.setting.loss == "svm_map")
     softrank = next(r for r in rows if r.setting.loss == "softrank")
+
+    def paper(loss, metric):
+        return f"{published[loss][metric]:.4f}".removeprefix("0")
+
     return (f"Published SVM-MAP on the same folds (Chen et al. Table 1, NDCG@5 / @10): "
-            f"0.4516 / 0.4319; ours: {_fmt(svm_map.cell(folds, 'ndcg@5'))} / "
+            f"{published['svm_map']['ndcg@5']:.4f} / {published['svm_map']['ndcg@10']:.4f}; "
+            f"ours: {_fmt(svm_map.cell(folds, 'ndcg@5'))} / "
             f"{_fmt(svm_map.cell(folds, 'ndcg@10'))}"
-            f"{_against_published(svm_map, folds, SVM_MAP_PUBLISHED)}. Theirs is a "
+            f"{_against_published(svm_map, folds, published['svm_map'])}. Theirs is a "
             "linear SVM solved by cutting planes with C chosen on validation; ours is the "
             "same structural hinge as a loss for the B64 scorer, trained by Adagrad.\n\n"
-            f"Qin et al. (2010) on OHSUMED, NDCG over the whole list: ApproxNDCG .6698, "
-            f"SoftRank .6680 (as the paper reports); ours: SoftRank "
-            f"{_fmt(softrank.cell(folds, 'ndcg'))}, ApproxNDCG α = 10 in the α table.\n")
-
-
-SVM_MAP_PUBLISHED = {"ndcg@5": 0.4516, "ndcg@10": 0.4319}
+            f"Qin et al. (2010) on {view.data.name}, NDCG over the whole list: ApproxNDCG "
+            f"{paper('approx_ndcg', 'ndcg')}, SoftRank {paper('softrank', 'ndcg')} (as the paper "
+            f"reports); ours: SoftRank {_fmt(softrank.cell(folds, 'ndcg'))}, ApproxNDCG α = 10 in "
+            "the α table.\n")
 
 
 def _against_published(row, folds, published):
@@ -452,27 +452,34 @@ def _against_published(row, folds, published):
     return f" ({'; '.join(words)})" if words else ""
 
 
-def _lightgbm(rows, data, folds):
-    lightgbm = rows["lightgbm"][0]
-    ours = [r for study in rows.values() for r in study if r.setting.model not in GBDTS]
-    ours = [r for r in ours if r.cell(folds, "ndcg@10") is not None]
-    lines = ["### LightGBM lambdarank vs the best tfapprox model\n",
-             f"`python -m benchmarks.experiments run --study lightgbm {data.flags()}`\n",
-             table([lightgbm], folds)]
-    if ours and lightgbm.cell(folds, "ndcg@10") is not None:
-        best = max(ours, key=lambda r: r.validation_mean(folds))
-        lines += ["", f"Best tfapprox setting by validation {SELECT_METRIC} among those run: "
-                      f"{best.setting.label()}.\n",
-                  "| metric | best tfapprox − LightGBM |", "|---|---|"]
-        lines += [f"| {m} | {_fmt_test(paired(best, lightgbm, folds, m))} |"
-                  for m in ("ndcg@5", "ndcg@10", "map")]
+def _lightgbm_note(view):
+    """The tfapprox setting best on validation among those run against LightGBM."""
+    lightgbm, folds = view.rows["lightgbm"][0], view.folds
+    ours = [r for study in view.shown.values() for r in study if r.setting.model not in GBDTS
+            and r.cell(folds, "ndcg@10") is not None]
+    if not ours or lightgbm.cell(folds, "ndcg@10") is None:
+        return None
+    best = max(ours, key=lambda r: r.validation_mean(folds))
+    lines = [f"Best tfapprox setting by validation {SELECT_METRIC} among those run: "
+             f"{best.setting.label()}.\n", "| metric | best tfapprox − LightGBM |", "|---|---|"]
+    lines += [f"| {m} | {_fmt_test(paired(best, lightgbm, folds, m))} |"
+              for m in ("ndcg@5", "ndcg@10", "map")]
     return "\n".join(lines) + "\n"
 
 
-def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
-    """The GBDT references, DASALC, its ensembles, its ablation and DASALC tuned on validation,
-    each against the reference: the GBDT with the best validation NDCG@10 on this set;
-    `every_row`: the rows of every study, where an ensemble's members are found."""
+# What follows a declared table (`experiment_studies.TABLES`), by its name.
+NOTES = {"chen": _chen_note, "qin": _qin_note, "yilmaz": _yilmaz_note, "bruch": _bruch_plots,
+         "direct": _direct_note, "lightgbm": _lightgbm_note}
+
+
+def _gbdt_and_dasalc(view):
+    """The GBDT references, DASALC, its ensembles, its ablation and DASALC tuned on validation
+    (the rows run of the studies shown), each against the reference: the GBDT with the best
+    validation NDCG@10 on this set. An ensemble's members are found among every study's rows."""
+    gbdts, data, folds = view.rows["gbdt"], view.data, view.folds
+    dasalc = [r for name in DASALC_TABLE if name in view.shown for r in view.rows[name]
+              if r.by_fold_seed]
+    tuned = view.shown.get("dasalc_tuned", [])
     lines = ["### Tuned GBDTs, and DASALC against the best of them\n",
              f"`python -m benchmarks.experiments run --study gbdt {' '.join(DASALC_TABLE)} "
              f"dasalc_tuned {data.flags()}`. Seconds per fold: wall time of every grid point of a fold on one thread, training and scoring, "
@@ -519,9 +526,9 @@ def _gbdt_and_dasalc(gbdts, dasalc, tuned, every_row, data, folds):
                                   for m in ("ndcg@5", "ndcg@10", "map")) + " |")
     if ran:
         lines += ["", _chosen_against(ran, reference, folds)]
-    lines += [_ensemble_tests(row, every_row, reference, folds)
+    lines += [_ensemble_tests(row, view.every_row, reference, folds)
               for row in ran if row.setting.ensemble]
-    lines += [_list_standardized_test(row, every_row, folds)
+    lines += [_list_standardized_test(row, view.every_row, folds)
               for row in ran if LIST_STANDARDIZE in row.setting.scorer]
     lines += [_points_chosen(row, folds) for row in tuned if row in ran]
     return "\n".join(lines) + "\n"
@@ -595,6 +602,18 @@ def _members_apart(row, rows):
         f"they were cached): validation {SELECT_METRIC} {np.mean([a for a, _ in pairs]):.4f} "
         f"against {np.mean([b for _, b in pairs]):.4f} cached, mean over those."
         for name, pairs in apart.items())
+
+
+def _ensembles_across_sets(views, folds):
+    """The section on the ensembles of different settings over the sets (`views`) that show them
+    on every fold; None if none does."""
+    by_set = {view.data.name: (view.rows, view.rows["mixed_ensemble"],
+                               _gbdt_reference(view.rows["gbdt"], folds))
+              for view in views if "mixed_ensemble" in view.shown and view.folds == folds}
+    if not by_set:
+        return None
+    ensembles = [ENSEMBLES_BY_NAME[r.setting.loss] for r in next(iter(by_set.values()))[1]]
+    return _mixed_ensemble(ensembles, by_set, folds)
 
 
 def _mixed_ensemble(ensembles, by_set, folds):
@@ -765,11 +784,22 @@ def _fmt_seconds(seconds):
     return "—" if seconds is None else f"{seconds:.0f}"
 
 
-def _letor_convention(rows, data, folds):
+def _letor_convention(view):
+    """The rows of the studies shown of `LETOR_CONVENTION` with LETOR's convention, where a
+    test query has no relevant document."""
+    rows = [r for name in LETOR_CONVENTION for r in view.shown.get(name, [])]
+    if not _some_query_without_relevant(rows):
+        return None
     return "\n".join([
-        f"### {data.name} with LETOR's convention (queries without a relevant document count as "
-        "0)\n",
-        table(rows, folds, ("ndcg@1", "ndcg@5", "ndcg@10", "map"), zero_empty=True)]) + "\n"
+        f"### {view.data.name} with LETOR's convention (queries without a relevant document count "
+        "as 0)\n",
+        table(rows, view.folds, ("ndcg@1", "ndcg@5", "ndcg@10", "map"), zero_empty=True)]) + "\n"
+
+
+def _alpha_10_tightness(view):
+    """The tightness plot of the `bruch_alpha` study's ApproxNDCG run with α = 10."""
+    (row,) = [r for r in view.rows["bruch_alpha"] if dict(r.setting.params)["alpha"] == 10.0]
+    return _tightness(row, view.data, view.folds, view.out)
 
 
 def _tightness(row, data, folds, out):
@@ -804,15 +834,17 @@ def _tightness(row, data, folds, out):
             f"![{data.name} tightness](results/{path.name})\n")
 
 
-def _losses(rows, gbdts, data, folds):
+def _losses(view):
     """Every loss of the `losses` study, with its cost, paired tests against the study's
     ApproxNDCG α = 10 row and the GBDT reference, and a summary of who wins where."""
     from tfapprox.losses import LOSSES, RANKING_LOSS_KEYS
 
+    rows, data, folds = view.rows["losses"], view.data, view.folds
+
     aliases = {name: key for key, loss in RANKING_LOSS_KEYS.items()
                for name, ours in LOSSES.items() if ours is loss}
     by_loss = {r.setting.loss: r for r in rows}
-    approx, gbdt = by_loss[LOSS_STUDY_REFERENCE], _gbdt_reference(gbdts, folds)
+    approx, gbdt = by_loss[LOSS_STUDY_REFERENCE], _gbdt_reference(view.rows["gbdt"], folds)
     against = {"− ApproxNDCG α = 10": approx}
     if gbdt is not None:
         against["− GBDT reference"] = gbdt
@@ -897,16 +929,17 @@ FAMILIES = (("linear", lambda s: s.model == "linear"),
             ("ensemble of settings", lambda s: isinstance(s.members, tuple)))
 
 
-def _summary(by_set, folds):
-    """The summary: per set, in test NDCG@10, the best setting of each family chosen on
+def _summary(views, folds):
+    """The summary: per set (`views`), in test NDCG@10, the best setting of each family chosen on
     validation among those run on every fold and seed, each tuned GBDT and the recommended
-    recipe, each against the reference (the GBDT best on validation). `by_set`: {set: (rows by
-    study, the folds its tables are over: `folds` unless the set is still running)}."""
+    recipe, each against the reference (the GBDT best on validation), over the folds of the set's
+    tables (`folds` unless the set is still running)."""
     recommended = ENSEMBLES_BY_NAME[RECOMMENDED].setting()
     table = {f"best {family}": {} for family, _ in FAMILIES}  # row name -> {set: cell}
     chosen = {}  # set -> [family: label]
     partial = []
-    for name, (rows, here) in by_set.items():
+    for view in views:
+        name, rows, here = view.data.name, view.rows, view.folds
         if here != folds:
             partial.append(f"{name}: fold{'s' * (len(here) > 1)} {', '.join(map(str, here))} "
                            f"only, the runs so far (partial; see its section)")
@@ -925,7 +958,7 @@ def _summary(by_set, folds):
         picked += [("recommended recipe", r) for r in every if r.setting == recommended]
         for row_name, row in picked:
             table.setdefault(row_name, {})[name] = _summary_cell(row, reference, here)
-    sets = list(by_set)
+    sets = [view.data.name for view in views]
     lines = ["## Summary\n",
              f"Test NDCG@10 (mean over folds, mean over seeds) and, in brackets, the paired "
              "difference from the reference, the GBDT best on validation (p: paired t-test "
@@ -957,9 +990,10 @@ def _summary_cell(row, reference, folds):
     return text + (f", {count}" if count else "")
 
 
-def _recommended(rows, gbdts, data, folds):
-    """The recommended recipe (the last of `rows`) and its members against each tuned GBDT, in
-    test NDCG@10, saying where it loses."""
+def _recommended(view):
+    """The recommended recipe (the last row of its study) and its members against each tuned
+    GBDT, in test NDCG@10, saying where it loses."""
+    rows, gbdts, data, folds = view.rows["recommended"], view.rows["gbdt"], view.data, view.folds
     recipe = rows[-1]
     everything = [*gbdts, *rows]
     partial = [f"{r.setting.label()} {len(r.by_fold_seed)} of {r.planned}" for r in everything
@@ -992,3 +1026,13 @@ def _recommended(rows, gbdts, data, folds):
                   f"{', '.join(standings['level']) or 'none'}; significantly ahead of "
                   f"{', '.join(standings['ahead']) or 'none'}."]
     return "\n".join(lines) + "\n"
+
+
+# The sections drawn by functions of their own, after the declared tables, in the page's order:
+# the studies whose rows each shows (drawn if any is shown on the set), and its function of the
+# set's `SetView`, which returns the section or None where it has nothing to say.
+SECTIONS = ((("gbdt", *DASALC_TABLE, "dasalc_tuned"), _gbdt_and_dasalc),
+            (("recommended",), _recommended),
+            (("losses",), _losses),
+            (LETOR_CONVENTION, _letor_convention),
+            (("bruch_alpha",), _alpha_10_tightness))

@@ -238,22 +238,40 @@ SET_STUDIES = {"MQ2008_AGG": ("gbdt", "recommended")}
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-    """How the report draws a study: its heading, the metrics of its table, and the row (a
-    setting's label, of this study or another) its rows are tested against, in which metrics."""
+    """How the report draws studies: its heading, a table of each study's rows in `metrics` (none
+    without metrics), and the row (a setting's label, of these studies or another) its rows are
+    tested against, in which metrics. What else it says (comparisons not against one row, the
+    published figures, plots) is the report's note on it (`experiment_report.NOTES`)."""
 
     title: str
     metrics: tuple[str, ...] = METRICS
     reference: str = ""
     tests: tuple[str, ...] = ()  # metrics of the paired tests against the reference
+    studies: tuple[str, ...] = ()  # the studies it draws, if not the one it is named for
+    # {set: figures its note sets beside ours}: published on that shared set's folds
+    published: dict = dataclasses.field(default_factory=dict)
 
 
-# The studies drawn by `experiment_report.declared`; the others have sections of their own.
+# The studies the report draws as declared here, in its order (`experiment_report.declared`); the
+# others have sections of their own, after these.
 TABLES = {
+    "chen": Table("Weighted vs plain RankNet and ListMLE (Chen et al. 2009, Table 1)",
+                  published={"OHSUMED": {  # Table 1: test NDCG@5 / @10, linear models
+                      "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),
+                      "listmle": (0.4471, 0.4347), "weighted_listmle": (0.4588, 0.4453)}}),
+    "qin": Table("ApproxAP vs ApproxNDCG vs Approx P@10 (Qin et al. 2010, Tables 2-3)"),
+    "yilmaz": Table("Train on one measure, test on another (Yilmaz & Robertson, Table 2)", ()),
+    "bruch": Table("ApproxNDCG: effect of α and of depth (Bruch et al. 2019)",
+                   ("ndcg@5", "ndcg@10", "map"), studies=("bruch_alpha", "bruch_depth")),
     "direct": Table("Other direct-optimisation methods: LambdaRank, SoftRank, SVM^map, "
-                    "PermuRank, AdaRank", reference="B64 ranknet()", tests=("ndcg@5", "ndcg@10")),
+                    "PermuRank, AdaRank", reference="B64 ranknet()", tests=("ndcg@5", "ndcg@10"),
+                    published={"OHSUMED": {  # SVM-MAP: Chen et al. Table 1; the rest: Qin et al.
+                        "svm_map": {"ndcg@5": 0.4516, "ndcg@10": 0.4319},
+                        "approx_ndcg": {"ndcg": 0.6698}, "softrank": {"ndcg": 0.6680}}}),
     "precision": Table("Training in bfloat16 (`--mixed-precision`) vs float32",
                        ("ndcg@5", "ndcg@10", "map"), reference="B64 approx_ndcg(alpha=10.0)",
                        tests=("ndcg@5", "ndcg@10", "map")),
+    "lightgbm": Table("LightGBM lambdarank vs the best tfapprox model"),
 }
 
 

@@ -296,7 +296,8 @@ def _chen_note(view):
     published = _published("chen", view.data)
     if published:
         lines.append("\nChen et al.'s linear models on the same folds (NDCG@5 / @10): " + ", ".join(
-            f"{name} {a:.4f} / {b:.4f}" for name, (a, b) in published.items()) + ".")
+            f"{loss} {f['ndcg@5']:.4f} / {f['ndcg@10']:.4f}" for loss, f in published.items())
+            + ".")
     return "\n".join(lines) + "\n"
 
 

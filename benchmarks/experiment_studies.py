@@ -248,7 +248,8 @@ class Table:
     reference: str = ""
     tests: tuple[str, ...] = ()  # metrics of the paired tests against the reference
     studies: tuple[str, ...] = ()  # the studies it draws, if not the one it is named for
-    # {set: figures its note sets beside ours}: published on that shared set's folds
+    # {set: {loss: {metric: figure}}}: published on that shared set's folds, which its note sets
+    # beside ours
     published: dict = dataclasses.field(default_factory=dict)
 
 
@@ -256,9 +257,10 @@ class Table:
 # others have sections of their own, after these.
 TABLES = {
     "chen": Table("Weighted vs plain RankNet and ListMLE (Chen et al. 2009, Table 1)",
-                  published={"OHSUMED": {  # Table 1: test NDCG@5 / @10, linear models
-                      "ranknet": (0.4568, 0.4414), "weighted_ranknet": (0.4868, 0.4604),
-                      "listmle": (0.4471, 0.4347), "weighted_listmle": (0.4588, 0.4453)}}),
+                  published={"OHSUMED": {  # Table 1: linear models
+                      loss: {"ndcg@5": at_5, "ndcg@10": at_10} for loss, at_5, at_10 in (
+                          ("ranknet", 0.4568, 0.4414), ("weighted_ranknet", 0.4868, 0.4604),
+                          ("listmle", 0.4471, 0.4347), ("weighted_listmle", 0.4588, 0.4453))}}),
     "qin": Table("ApproxAP vs ApproxNDCG vs Approx P@10 (Qin et al. 2010, Tables 2-3)"),
     "yilmaz": Table("Train on one measure, test on another (Yilmaz & Robertson, Table 2)", ()),
     "bruch": Table("ApproxNDCG: effect of α and of depth (Bruch et al. 2019)",

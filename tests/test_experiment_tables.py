@@ -8,7 +8,7 @@ import json
 
 from benchmarks import experiment_report
 from benchmarks.experiment_studies import TABLES, Setting, Table, runs_of, studies
-from benchmarks.experiment_runs import DataSet
+from benchmarks.experiment_runs import METRICS, DataSet
 
 
 def test_every_study_is_drawn_by_a_declared_table_or_a_section_of_its_own():
@@ -16,10 +16,13 @@ def test_every_study_is_drawn_by_a_declared_table_or_a_section_of_its_own():
     sections = {study for names, _ in experiment_report.SECTIONS for study in names}
     assert set(declared) | sections == set(studies()), "a study the page never shows, or no study"
     assert set(experiment_report.NOTES) <= set(TABLES), "a note to no declared table"
+    losses = {s.loss for settings in studies().values() for s in settings}
     for name, table in TABLES.items():
         assert table.reference == "" or table.tests, f"{name}: a reference tested in no metric"
-        for published in table.published.values():
-            assert published, f"{name}: a set with no published figures"
+        for published in table.published.values():  # figures of losses run, in metrics shown
+            assert published and all(
+                loss in losses and set(figures) <= set(METRICS) and figures
+                for loss, figures in published.items()), f"{name}: {published}"
 
 
 def _cache(cache, setting, values):

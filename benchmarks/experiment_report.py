@@ -216,9 +216,8 @@ def write(studies, selected, cache: Path, out: Path, data_sets, folds, seeds, ep
             shown = {name: study for name, study in shown.items() if name not in idle}
         view = SetView(data, rows, shown, folds_here, out)
         views.append(view)
-        for name, declaration in TABLES.items():
-            if shown.keys() & set(declaration.studies or (name,)):
-                parts += declared(name, view)
+        for name in TABLES:
+            parts += declared(name, view)
         drawn = [draw(view) for names, draw in SECTIONS if shown.keys() & set(names)]
         parts += [text for text in drawn if text is not None]
     across = _ensembles_across_sets(views, folds)
@@ -387,9 +386,11 @@ def declared(name, view):
     """Draws the table `name` as `experiment_studies.TABLES` declares it on one set (`view`): a
     table of each of its studies' rows, each row's paired difference from the reference row
     (found among every study's rows), then its note (`NOTES`), if it has one; returns the parts of
-    the page."""
+    the page, none if the set shows none of its studies."""
     declaration = TABLES[name]
     studies = declaration.studies or (name,)
+    if not view.shown.keys() & set(studies):
+        return []
     rows = [r for study in studies for r in view.rows[study]]
     reference = next((r for r in view.every_row if r.setting.label() == declaration.reference),
                      None)

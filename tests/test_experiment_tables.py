@@ -62,3 +62,5 @@ def test_a_declaration_of_two_studies_draws_a_table_of_each_its_tests_and_its_no
                          f"| {second.label()} | +0.0667 (p = 0.184) |\n")
     monkeypatch.delitem(experiment_report.NOTES, "both")
     assert len(experiment_report.declared("both", view)) == 1  # no note: the table alone
+    view.shown = {"elsewhere": rows["elsewhere"]}
+    assert experiment_report.declared("both", view) == []  # none of its studies shown: nothing

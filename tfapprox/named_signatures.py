@@ -148,6 +148,15 @@ def _checked_values(signature, parsed, features, real, unit):
         return out
 
 
+def _relaxed_specs(ids, spec):
+    """The `tf.TensorSpec` of each looked-up feature with any batch, list and token count: only a
+    fixed-length feature keeps its last dimension (its number of values)."""
+    lengths = {feature.name: feature.length for feature in spec.context + spec.document}
+    return {name: tf.TensorSpec(
+        [None] * (value.shape.rank - 1) + ([value.shape[-1]] if lengths.get(name) else [None]),
+        value.dtype) for name, value in ids.items()}
+
+
 class _NamedSignatures:
     """The signatures' functions for a model over named features.
 
@@ -166,15 +175,30 @@ class _NamedSignatures:
                               _PAD_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0)}
         self.context_spec = _ragged_spec(spec.context)
         self.example_spec = _ragged_spec(spec.context + spec.document)
+        self._traced_model = None
+
+    def _model_scores(self, ids):
+        """Scores [B, L] of looked-up `ids`. In the signatures the model is traced once, on its
+        first call, into one function every signature calls (not once per trace of each of the
+        four signatures); eagerly (the export's check) it runs as it is."""
+        if getattr(self.model, "lookup", None) is not None:  # a NamedFeatureScorer's own
+            model = lambda ids: self.model.scorer(self.model.feature_inputs(ids),  # noqa: E731
+                                                  training=False)
+        else:
+            model = lambda ids: self.model(ids, training=False)  # noqa: E731
+        if tf.executing_eagerly():
+            return model(ids)
+        if self._traced_model is None:
+            self._traced_model = tf.function(model, input_signature=[_relaxed_specs(ids, self.spec)],
+                                             autograph=False)
+        return self._traced_model(ids)
 
     def _scores(self, signature, features, mask, lists):
         """Scores [B, L] of raw `features` {name: [B, ...] / [B, L, ...]} and `mask` [B, L]."""
 
         def score(mask):
-            ids = self.lookup({**features, self.spec.mask_feature_name: mask})
-            if getattr(self.model, "lookup", None) is not None:  # a NamedFeatureScorer's own
-                return self.model.scorer(self.model.feature_inputs(ids), training=False)
-            return self.model(ids, training=False)
+            return self._model_scores(
+                self.lookup({**features, self.spec.mask_feature_name: mask}))
 
         # An empty batch is answered without the model: ragged token lists of no list lose their
         # list dimension when made dense.

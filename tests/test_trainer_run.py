@@ -61,18 +61,35 @@ TRAINED = {"model.dropout": 0.3}
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, cache_dir):
-    """One finished two-epoch run: `(config, results, printed lines)`."""
+    """One finished two-epoch run: `(config, results, printed lines)`. What its run directory held
+    when the first epoch's checkpoint was written is kept beside it (`after_first_epoch`)."""
     tmp_path = tmp_path_factory.mktemp("trained")
     config = tiny_config(tmp_path, cache_dir, **TRAINED)
+    save = checkpoint.save
+
+    def save_and_keep_the_first(run_dir, saved):
+        save(run_dir, saved)
+        if saved.state.epoch == 1:  # as a run stopped then leaves it, less its live lock
+            shutil.copytree(run_dir, after_first_epoch(config),
+                            ignore=shutil.ignore_patterns(run_lock.FILENAME))
+
     printed = []
-    results = train.train(config, print_fn=printed.append)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoint, "save", save_and_keep_the_first)
+        results = train.train(config, print_fn=printed.append)
     return config, results, printed
 
 
-# A second run, unlike `trained` in loss, seed and inputs: the quantile test's, the ensemble's other
-# member.
+def after_first_epoch(config) -> Path:
+    """Where `trained` keeps a copy of its run directory as it was after the first epoch."""
+    return Path(config.train.run_dir).parent / "after_first_epoch"
+
+
+# A second run, unlike `trained` in loss, seed, inputs and precision: the quantile test's, the mixed
+# precision and XLA test's, the ensemble's other member.
 OTHER = {"model.input_transform": "quantile", "loss.name": "ranknet", "train.seed": 3,
-         "train.epochs": 1, "export.enabled": False}
+         "runtime.mixed_precision": True, "runtime.jit": True, "data.list_size": 12,
+         "train.epochs": 1, "train.metrics": [], "export.enabled": False}
 
 
 @pytest.fixture(scope="module")
@@ -136,12 +153,14 @@ def test_tensorboard_logs_hold_metrics_and_the_approximation_gap(trained):
 
 def test_resumed_run_equals_an_uninterrupted_one(trained, tmp_path, cache_dir):
     """One epoch, stop, one more: the same weights, optimizer state and history as the two epochs
-    of `trained` at once."""
+    of `trained` at once. The stopped run is `trained`'s own directory as its first epoch left
+    it, resumed by a new `train` call (new models and datasets, restored from the checkpoint)."""
     config, straight, _ = trained
-    common = {**TRAINED, "export.enabled": False}
-    train.train(tiny_config(tmp_path, cache_dir, **common, **{"train.epochs": 1}))
+    shutil.copytree(after_first_epoch(config), tmp_path / "run")
+    assert not (tmp_path / "run" / "results.json").exists()
     printed = []
-    resumed = train.train(tiny_config(tmp_path, cache_dir, **common), print_fn=printed.append)
+    resumed = train.train(tiny_config(tmp_path, cache_dir, **TRAINED, **{"export.enabled": False}),
+                          print_fn=printed.append)
     assert any("Resuming" in line and "after epoch 1" in line for line in printed)
 
     assert without_timings(resumed["history"]) == without_timings(straight["history"])
@@ -496,11 +515,9 @@ def test_mirrored_strategy_is_refused_on_one_device(tmp_path, cache_dir, capsys)
     assert not Path(config.train.run_dir).exists()
 
 
-def test_mixed_precision_and_jit(tmp_path, cache_dir):
-    config = tiny_config(tmp_path, cache_dir, **{
-        "runtime.mixed_precision": True, "runtime.jit": True, "data.list_size": 12,
-        "train.epochs": 1, "train.metrics": [], "export.enabled": False})
-    results = train.train(config)
+def test_mixed_precision_and_jit(other_run):
+    config, results, printed = other_run
+    assert "| precision mixed_" in printed[0] and "| XLA on" in printed[0]
     expected = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
     assert results["precision_policy"] == expected
     assert all(np.isfinite(v) for v in results["validation"].values())

@@ -425,18 +425,19 @@ def test_single_runs_keep_their_cache_paths_and_an_ensemble_is_made_of_them():
     assert (cached["model"], cached["loss"], cached["seed"]) == ("dasalc", setting.loss, 0)
 
 
-def test_an_ensemble_restores_its_cached_members_and_trains_only_a_missing_one(tmp_path,
+def test_an_ensemble_restores_its_cached_members_and_trains_only_a_missing_one(mixed_ensemble,
                                                                                monkeypatch):
     from trainer import train
 
-    data, cache, work = fold_tree(tmp_path / "data", folds=1), tmp_path / "cache", tmp_path / "work"
-    files = DataSet("mine", data).folds()
+    files, cache, work, _ = mixed_ensemble
     setting = Setting("linear", "ranknet", members=2)
 
     def run_all():
         return experiments.run_all([setting], {"mine": files}, [1], [0], 1, cache, work, {})
 
-    assert run_all() == 0  # trains and caches both members as single runs, then the ensemble
+    # its members are single runs: seed 0, the mixed ensemble's ranknet member, is restored from
+    # the cache and its checkpoint; seed 1 is trained and cached; then the ensemble is scored
+    assert run_all() == 0
     ensemble = runs_of(setting, "mine", [1], [0], 1)[0]
     first = read_cached(cache, ensemble, print)
     members = [read_cached(cache, m, print) for m in ensemble.member_runs()]
@@ -478,12 +479,33 @@ def test_an_ensemble_of_seed_ensembles_combines_each_members_k_seeds_of_its_seed
         ensemble_of("nested", mixed)
 
 
-def test_an_ensemble_of_different_settings_combines_their_runs_of_its_own_seed(tmp_path,
-                                                                               monkeypatch):
+@pytest.fixture(scope="module")
+def mixed_ensemble(tmp_path_factory):
+    """An ensemble of linear ranknet and linear listmle (seed 0) run by run_all on a tiny fold:
+    (its data's folds, cache, work directory, the (loss, seed) of each run trained). The ensemble
+    of ranknet's seeds below shares the fold, cache and work directory: its seed 0 is this
+    ensemble's ranknet member, cached."""
     from trainer import train
 
-    data, cache, work = fold_tree(tmp_path / "data", folds=1), tmp_path / "cache", tmp_path / "work"
+    root = tmp_path_factory.mktemp("ensembles")
+    data, cache, work = fold_tree(root / "data", folds=1), root / "cache", root / "work"
     files = DataSet("mine", data).folds()
+    mixed = ensemble_of("pair", Setting("linear", "ranknet"), Setting("linear", "listmle"))
+    trained, real_train = [], train.train
+
+    def counted_train(config, **kwargs):
+        trained.append((config.loss.name, config.train.seed))
+        return real_train(config, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(train, "train", counted_train)
+        status = experiments.run_all([mixed], {"mine": files}, [1], [0], 1, cache, work, {})
+    assert status == 0
+    return files, cache, work, trained
+
+
+def test_an_ensemble_of_different_settings_combines_their_runs_of_its_own_seed(mixed_ensemble):
+    files, cache, work, trained = mixed_ensemble
     ranknet, listmle = Setting("linear", "ranknet"), Setting("linear", "listmle")
     mixed = ensemble_of("pair", ranknet, listmle)
     assert mixed.label() == "ensemble of linear ranknet() + linear listmle()"
@@ -494,14 +516,7 @@ def test_an_ensemble_of_different_settings_combines_their_runs_of_its_own_seed(t
     with pytest.raises(ValueError, match="linear ranknet.*has a grid"):
         ensemble_of("gridded", Setting("linear", "ranknet", grid=(("alpha", (1.0, 2.0)),)))
 
-    trained, real_train = [], train.train
-
-    def counted_train(config, **kwargs):
-        trained.append((config.loss.name, config.train.seed))
-        return real_train(config, **kwargs)
-
-    monkeypatch.setattr(train, "train", counted_train)
-    assert experiments.run_all([mixed], {"mine": files}, [1], [0], 1, cache, work, {}) == 0
+    # run_all([mixed], seed 0): the fixture's
     assert sorted(trained) == [("listmle", 0), ("ranknet", 0)]  # each member once, as itself
     members = [read_cached(cache, m, print)
                for m in runs_of(mixed, "mine", [1], [0], 1)[0].member_runs()]

@@ -217,13 +217,17 @@ def test_workers_end_at_once_when_their_caller_dies_mid_call(tmp_path):
     """A caller that exits without leaving the pool (os._exit here; in the trainer, SIGTERM raised
     while the parser's generator is open) leaves no worker finishing queued calls."""
     (tmp_path / "napping.py").write_text("import time\ndef nap(s):\n    time.sleep(s)\n    return s\n")
+    # The pool's module is loaded from its file, as its workers load it: the caller starts at once,
+    # without the TensorFlow that tfapprox/__init__.py imports.
     caller = (
-        "import importlib.util, os, sys\n"
-        f"sys.path.insert(0, {str(REPO)!r})\n"
-        "from tfapprox.data.worker_pool import WorkerPool\n"
-        f"spec = importlib.util.spec_from_file_location('napping', {str(tmp_path / 'napping.py')!r})\n"
-        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
-        "pool = WorkerPool(module, 'nap', 1, what='naps')\n"
+        "import importlib.util\n"
+        "def load(name, path):\n"
+        "    spec = importlib.util.spec_from_file_location(name, path)\n"
+        "    module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        "    return module\n"
+        f"pool_module = load('worker_pool', {str(REPO / 'tfapprox' / 'data' / 'worker_pool.py')!r})\n"
+        f"module = load('napping', {str(tmp_path / 'napping.py')!r})\n"
+        "pool = pool_module.WorkerPool(module, 'nap', 1, what='naps')\n"
         "calls = pool.map([(30.0,)] * 2)\n"
         "print(pool._workers[0].pid, flush=True)\n"
         "next(calls)\n"

@@ -293,6 +293,7 @@ def test_scores_may_carry_a_trailing_unit_axis(rng):
                                to_numpy(loss(labels, scores)), rtol=1e-7)
 
 
+@pytest.mark.backend_neutral  # constructors' argument checks: Python
 @pytest.mark.parametrize("make, message", [
     (lambda: losses.ApproxNDCGLoss(alpha=0.0), "`alpha` must be a finite number > 0; got 0.0"),
     (lambda: losses.ApproxNDCGLoss(alpha=float("inf")), "`alpha`"),
@@ -336,6 +337,7 @@ def test_config_round_trip_and_keras_lookup(loss, rng):
     assert config["registered_name"] == f"tfapprox>{type(loss).__name__}"
 
 
+@pytest.mark.backend_neutral
 def test_get_builds_each_loss_by_name():
     for name, cls in losses.LOSSES.items():
         assert type(losses.get(name, **REQUIRED_ARGS.get(cls.__name__, {}))) is cls
@@ -367,6 +369,7 @@ def _migration_rows(heading):
             if line.startswith("| `")}
 
 
+@pytest.mark.backend_neutral
 def test_every_tfranking_loss_and_lambda_weight_has_a_migration_row():
     assert set(TFRANKING_LOSS_CLASSES) <= _migration_rows("Losses")
     assert set(TFRANKING_LAMBDA_WEIGHTS) <= _migration_rows("Lambda weights")
@@ -375,6 +378,7 @@ def test_every_tfranking_loss_and_lambda_weight_has_a_migration_row():
                           losses.lambda_weights.LambdaWeight)
 
 
+@pytest.mark.backend_neutral
 @pytest.mark.parametrize("key", TFRANKING_LOSS_KEYS)
 def test_get_takes_every_tfranking_loss_key_with_its_arguments(key):
     loss = losses.get(key, reduction="auto", lambda_weight=None, name=None)
@@ -715,6 +719,7 @@ def test_ordinal_loss_takes_ragged_logits():
                                rtol=1e-6)
 
 
+@pytest.mark.backend_neutral
 def test_every_loss_constructor_shows_ragged_in_its_signature():
     """`RankingLoss.__init_subclass__` adds the keyword `ragged` to every constructor."""
     import inspect

@@ -292,10 +292,14 @@ def test_ndcg_of_labels_of_128_and_more_is_the_formula_not_nan():
     assert 0.0 < result(metrics.ApproxNDCGMetric(alpha=100.0), labels, scores) <= 1.0
 
 
-def test_single_document_lists_and_half_precision(rng):
+def test_single_document_lists():
     labels = np.array([[2.0], [0.0]], np.float32)
     scores = np.array([[0.5], [1.0]], np.float32)
     assert result(metrics.NDCG(), labels, scores) == 1.0
+
+
+@pytest.mark.backend_neutral  # dtype rules, as the losses' half-precision test
+def test_half_precision_scores_give_the_float32_value(rng):
     labels, scores = random_batch(rng, batch=8, list_size=16)
     for dtype in ("float16", "bfloat16"):
         half = keras.ops.cast(scores, dtype)
@@ -335,12 +339,14 @@ def test_get_by_short_name_and_serialize(name, cls, config, rng):
     assert result(rebuilt, labels, scores) == result(metric, labels, scores)
 
 
+@pytest.mark.backend_neutral
 def test_get_passes_parameters():
     metric = metrics.get("approx_ndcg@5", alpha=20.0, beta=3.0)
     assert (metric.k, metric.alpha, metric.beta) == (5, 20.0, 3.0)
     assert metrics.get("map", relevance_threshold=2).relevance_threshold == 2.0
 
 
+@pytest.mark.backend_neutral
 @pytest.mark.parametrize("name", ["p", "arp@5", "ndcg@0", "ndcg@x", "bpref"])
 def test_unknown_metric_names_are_rejected(name):
     with pytest.raises(ValueError, match="metric"):

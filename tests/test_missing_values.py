@@ -243,6 +243,7 @@ def test_the_trainer_refuses_missing_values_a_model_cannot_take(tmp_path, settin
         build.with_missing_values(config, splits, lambda _: None)
 
 
+@pytest.mark.backend_neutral  # the members' flags
 def test_an_ensemble_handles_missing_values_when_every_member_does():
     """ScoreEnsemble.handles_missing (read by the export's NaN check): all members' flags."""
     from tfapprox.ensemble import ScoreEnsemble

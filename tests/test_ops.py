@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from conftest import COMPILE_MODES, REPO, backend, loss_and_grad, random_batch, to_numpy
+from conftest import (COMPILE_MODES, REPO, backend, compiled_on_jax, loss_and_grad, random_batch,
+                      to_numpy, value_and_grad_function)
 from tfapprox import losses
 from tfapprox import ops as rank_ops
 from tfapprox import pair_sums
@@ -143,7 +144,8 @@ def test_network_order_is_a_stable_descending_sort(list_size, rng):
     codes = rng.integers(0, 8, size=(5, list_size)).astype(np.int32)
     codes[0] = rng.integers(0, limit, size=list_size)
     codes[1, :4] = limit - 1
-    order = to_numpy(pair_sums.descending_order_by_network(ops.convert_to_tensor(codes)))
+    order = to_numpy(compiled_on_jax(pair_sums.descending_order_by_network)(
+        ops.convert_to_tensor(codes)))
     np.testing.assert_array_equal(order, np.argsort(-codes.astype(np.int64), axis=-1,
                                                     kind="stable"))
 
@@ -163,6 +165,7 @@ def test_safe_divide_has_finite_gradient_at_zero():
     assert value == 0 and np.all(grad == 0)
 
 
+@pytest.mark.backend_neutral  # a choice by static shape
 def test_auto_sums_pairs_in_blocks_above_blocked_above():
     def pick(list_size, pairwise="auto"):
         return pair_sums._dense_or_blocked(pairwise, np.zeros((1, list_size), np.float32),
@@ -246,26 +249,30 @@ def test_logistic_sums_of_long_lists_take_softplus_whatever_the_elementwise_boun
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)
 @pytest.mark.parametrize("size", [9, 37])
-@pytest.mark.parametrize("spread", [1.0, 30.0, 1e4])
-def test_dense_logistic_pair_sums_match_float64(spread, size, mode, rng):
+def test_dense_logistic_pair_sums_match_float64(size, mode, rng):
     """The dense RankNet sums (under XLA: logs of `log_chunk` pairs at a time, over lists padded
     to whole chunks; exps per document, or per pair for the wide spreads) against float64, with
-    pairs from tiny to saturated margins."""
+    pairs from tiny to saturated margins: the spreads 1, 30 and 1e4 of one draw of scores, through
+    one function (a trace and compile for all three)."""
     labels = rng.integers(0, 3, size=(2, size)).astype(np.float32)
     mask = rng.random((2, size)) > 0.2
-    scores = (rng.normal(size=(2, size)) * spread).astype(np.float32)
-    value, grad = loss_and_grad(
+    normal = rng.normal(size=(2, size))
+    value_and_grad = value_and_grad_function(
         lambda y, s: pair_sums.logistic_pair_sums(s, labels, mask, "dense")
-        * np.arange(1, size + 1), None, scores, mode)
-    s, expected, expected_grad = scores.astype(np.float64), 0.0, np.zeros((2, size))
-    for b, k, j in np.ndindex(2, size, size):
-        if mask[b, k] and mask[b, j] and labels[b, k] > labels[b, j]:
-            d = s[b, j] - s[b, k]
-            expected += (k + 1) * np.logaddexp(0.0, d)
-            expected_grad[b, j] += (k + 1) / (1.0 + np.exp(-d))
-            expected_grad[b, k] -= (k + 1) / (1.0 + np.exp(-d))
-    assert value == pytest.approx(expected, rel=1e-6)
-    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-6)
+        * np.arange(1, size + 1), mode)
+    for spread in (1.0, 30.0, 1e4):
+        scores = (normal * spread).astype(np.float32)
+        value, grad = value_and_grad(None, scores)
+        s, expected, expected_grad = scores.astype(np.float64), 0.0, np.zeros((2, size))
+        for b, k, j in np.ndindex(2, size, size):
+            if mask[b, k] and mask[b, j] and labels[b, k] > labels[b, j]:
+                d = s[b, j] - s[b, k]
+                expected += (k + 1) * np.logaddexp(0.0, d)
+                expected_grad[b, j] += (k + 1) / (1.0 + np.exp(-d))
+                expected_grad[b, k] -= (k + 1) / (1.0 + np.exp(-d))
+        assert value == pytest.approx(expected, rel=1e-6), spread
+        np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"spread {spread}")
 
 
 @pytest.mark.parametrize("mode", COMPILE_MODES)
@@ -341,35 +348,41 @@ MODES_AND_SHAPES = ([(mode, False) for mode in COMPILE_MODES]
                     + [(mode, True) for mode in COMPILE_MODES if mode in ("graph", "xla")])
 
 
+SUFFIX_CASES = {"cumsum_path": (3.0, 20.0), "wide_gaps": (1e4, 1e8),
+                "padding_far_above": (3.0, 1e4)}
+
+
 @pytest.mark.parametrize("mode, unknown_shape", MODES_AND_SHAPES)
-@pytest.mark.parametrize("spread, padded", [(3.0, 20.0), (1e4, 1e8), (3.0, 1e4)],
-                         ids=["cumsum_path", "wide_gaps", "padding_far_above"])
 @pytest.mark.parametrize("list_size", [10, 40])  # without XLA, running sums of 10 by a matmul
-def test_suffix_logsumexp_is_exact_on_both_paths(list_size, spread, padded, mode, unknown_shape,
-                                                 rng):
+def test_suffix_logsumexp_is_exact_on_both_paths(list_size, mode, unknown_shape, rng):
     """Small score gaps take the O(L) running sums, huge ones the fallback (the pairs of short
     lists without XLA, else the scan), and so do small ones under padded scores far above them;
     values and the written-out gradient equal float64, with a static list size and a `None`
-    one, and padded slots above the real scores change nothing and get no gradient."""
-    scores = (rng.normal(size=(3, list_size)) * spread).astype(np.float32)
+    one, and padded slots above the real scores change nothing and get no gradient. The three
+    cases (SUFFIX_CASES: spread of the scores, padded score) scale one draw and run through one
+    function (a trace and compile for all three)."""
+    normal = rng.normal(size=(3, list_size))
     mask = rng.random((3, list_size)) < 0.85
-    scores[~mask] = padded
     weights = (1.0 + np.arange(list_size)).astype(np.float32)
-    value, grad = loss_and_grad(
-        lambda y, s: rank_ops.suffix_logsumexp_minus_self(s, y > 0.0) * weights,
-        mask.astype(np.float32), scores, mode, unknown_shape=unknown_shape)
-    expected, expected_grad = 0.0, np.zeros(scores.shape)
-    for row, (s, m) in enumerate(zip(scores.astype(np.float64), mask)):
-        real, where = s[m], np.flatnonzero(m)
-        log_sums = [real[p:].max() + np.log(np.exp(real[p:] - real[p:].max()).sum())
-                    for p in range(len(real))]
-        for p in range(len(real)):
-            expected += weights[where[p]] * (log_sums[p] - real[p])
-            expected_grad[row, where[p]] = -weights[where[p]] + sum(
-                weights[where[i]] * np.exp(real[p] - log_sums[i]) for i in range(p + 1))
-    assert value == pytest.approx(expected, rel=1e-5)
-    np.testing.assert_allclose(grad, expected_grad, rtol=1e-4, atol=1e-3)
-    assert np.all(grad[~mask] == 0)
+    value_and_grad = value_and_grad_function(
+        lambda y, s: rank_ops.suffix_logsumexp_minus_self(s, y > 0.0) * weights, mode,
+        unknown_shape)
+    for case, (spread, padded) in SUFFIX_CASES.items():
+        scores = (normal * spread).astype(np.float32)
+        scores[~mask] = padded
+        value, grad = value_and_grad(mask.astype(np.float32), scores)
+        expected, expected_grad = 0.0, np.zeros(scores.shape)
+        for row, (s, m) in enumerate(zip(scores.astype(np.float64), mask)):
+            real, where = s[m], np.flatnonzero(m)
+            log_sums = [real[p:].max() + np.log(np.exp(real[p:] - real[p:].max()).sum())
+                        for p in range(len(real))]
+            for p in range(len(real)):
+                expected += weights[where[p]] * (log_sums[p] - real[p])
+                expected_grad[row, where[p]] = -weights[where[p]] + sum(
+                    weights[where[i]] * np.exp(real[p] - log_sums[i]) for i in range(p + 1))
+        assert value == pytest.approx(expected, rel=1e-5), case
+        np.testing.assert_allclose(grad, expected_grad, rtol=1e-4, atol=1e-3, err_msg=case)
+        assert np.all(grad[~mask] == 0), case
 
 
 PAIR_SUMS_OF_SHORT_LISTS = {

@@ -182,6 +182,11 @@ def fit_every_loss(named_losses, mode, metrics_of):
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss=named_losses, metrics=metrics_of,
                   loss_weights={name: 1.0 / len(named_losses) for name in named_losses},
                   jit_compile=mode in ("xla", "jit"))
+    # Keras on TensorFlow builds the compiled loss (a `<name>_loss` mean per loss) in the first
+    # trace of the train step, and TensorFlow traces a step that created variables again: built
+    # here, the step of every loss is traced once.
+    outputs = {name: keras.KerasTensor((None, None)) for name in named_losses}
+    model._compile_loss.build(outputs, outputs)
 
     def fit_on(batches, callbacks=()):
         data = dataset(batches).map(lambda inputs, labels: (

@@ -408,16 +408,22 @@ def test_not_a_ranking_record_and_missing_files(tmp_path):
 # --------------------------------------------------------------------------------------------------
 # The dataset
 # --------------------------------------------------------------------------------------------------
-def test_one_shard_round_trip_in_order(tmp_path, small):
-    converter.convert(small["paths"]["train"], tmp_path / "one")
-    got = lists_of(dataset.ranking_dataset(tmp_path / "one", 7, shuffle=False))
+@pytest.fixture(scope="module")
+def one_shard(small, tmp_path_factory):
+    """`small`'s train split converted to a single shard."""
+    out = tmp_path_factory.mktemp("one_shard") / "one"
+    converter.convert(small["paths"]["train"], out)
+    return out
+
+
+def test_one_shard_round_trip_in_order(one_shard, small):
+    got = lists_of(dataset.ranking_dataset(one_shard, 7, shuffle=False))
     assert_lists_equal(got, small["queries"])
 
 
-def test_text_input_gives_the_same_batches(tmp_path, small):
-    converter.convert(small["paths"]["train"], tmp_path / "one")
+def test_text_input_gives_the_same_batches(one_shard, small):
     from_text = dataset.ranking_dataset(small["paths"]["train"], 7, shuffle=False)
-    from_records = dataset.ranking_dataset(tmp_path / "one", 7, shuffle=False)
+    from_records = dataset.ranking_dataset(one_shard, 7, shuffle=False)
     for (a, y), (b, z) in zip(from_text, from_records, strict=True):
         for key in ("features", "mask"):
             np.testing.assert_array_equal(a[key], b[key])
@@ -529,14 +535,14 @@ def test_bucket_sizes_minimise_padding():
 
 def test_buckets_pad_whole_lists_to_a_few_sizes(small):
     sizes = [9, 13, 18]
-    batches = [(inputs["mask"].numpy(), labels.numpy()) for inputs, labels in
-               dataset.ranking_dataset(small["records"], 7, seed=2, list_buckets=sizes)]
+    bucketed = dataset.ranking_dataset(small["records"], 7, seed=2, list_buckets=sizes)
+    batches = [(inputs["mask"].numpy(), labels.numpy()) for inputs, labels in bucketed]
     assert [len(mask) for mask, _ in batches] == [7] * 8 + [4]  # the batches of no buckets
     for mask, _ in batches[:-1]:
         longest = mask.sum(axis=1).max()
         assert mask.shape[1] == min(s for s in sizes if s >= longest)
     assert batches[-1][0].shape[1] == 18  # the short last batch takes the largest size
-    got = lists_of(dataset.ranking_dataset(small["records"], 7, seed=2, list_buckets=sizes))
+    got = lists_of(bucketed)  # a seeded dataset: each iteration gives the same batches
     assert sorted(signature(*x) for x in got) == sorted(signature(q.labels, q.features)
                                                          for q in small["queries"])
     again = lists_of(dataset.ranking_dataset(small["records"], 7, seed=2, list_buckets=sizes))
@@ -605,16 +611,16 @@ def test_real_data_round_trip(tmp_path, letor_folds, name, num_features, num_que
     assert sorted(specs) == ["test", "train", "vali"]
     assert sum(s["num_lists"] for s in specs.values()) == num_queries
     assert sum(s["num_docs"] for s in specs.values()) == num_docs
+    read = {}
     for split, spec in specs.items():
         queries = list(letor.read_queries(letor_folds / name / "Fold1" / f"{split}.txt"))
         assert spec["num_features"] == num_features
-        got = lists_of(dataset.ranking_dataset(tmp_path / "out" / split, 32, shuffle=False))
-        assert_lists_equal(got, queries)  # every label and feature, list by list, in order
+        read[split] = lists_of(dataset.ranking_dataset(tmp_path / "out" / split, 32, shuffle=False))
+        assert_lists_equal(read[split], queries)  # every label and feature, list by list, in order
     sharded = converter.convert(letor_folds / name / "Fold1" / "train.txt", tmp_path / "sharded", num_shards=4)
     assert sharded["num_docs"] == specs["train"]["num_docs"]
     got = lists_of(dataset.ranking_dataset(tmp_path / "sharded", 16, seed=2))
-    assert sorted(signature(*x) for x in got) == sorted(signature(*x) for x in lists_of(
-        dataset.ranking_dataset(tmp_path / "out" / "train", 16, shuffle=False)))
+    assert sorted(signature(*x) for x in got) == sorted(signature(*x) for x in read["train"])
 
 
 @pytest.mark.data

@@ -133,10 +133,11 @@ def test_the_format_is_detected_or_checked(records_file):
 
 def test_list_size_keeps_the_head_in_evaluation_and_pads(records_file):
     record_format, path = records_file
-    lists = _read(_dataset(path, list_size=4))
+    truncated = _dataset(path, list_size=4)
+    lists = _read(truncated)
     for user, query, documents in lists:
         _check_list(record_format, user, query, documents, range(min(4, LENGTHS[user])))
-    features, labels = _dataset(path, list_size=4).element_spec
+    features, labels = truncated.element_spec
     assert features["doc_id"].shape.as_list() == [None, 4, 1], "static, for a compiled step"
     assert features["pair"].shape.as_list() == [None, 4, 2] and labels.shape.as_list() == [None, 4]
     assert features[MASK].shape.as_list() == [None, 4]

@@ -442,7 +442,8 @@ ON_JAX = """
     features["example_list_mask"] = labels >= 0
     numeric.adapt([features])
     numeric_loss = fit(numeric, tf.data.Dataset.from_tensor_slices((features, labels)).batch(4))
-    scores = keras.ops.convert_to_numpy(numeric(features))
+    # scored by one compiled predict step: called eagerly, JAX compiles each op on its own
+    scores = numeric.predict(features, batch_size=len(labels), verbose=0)
 
     spec = t.FeatureSpec.load(sys.argv[1])
     lookup = named_inputs.FeatureLookup(spec)

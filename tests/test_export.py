@@ -14,6 +14,7 @@ from keras import ops
 from tfapprox import export, export_signatures
 from tfapprox.data import records
 from tfapprox.models import DNNScorer
+from tfapprox.signature_archive import SignatureArchive
 
 pytestmark = pytest.mark.slow  # builds and exports SavedModels: `-m "not slow"` skips it
 
@@ -371,9 +372,9 @@ def test_warmup_requests_run_on_every_signature(exported, loaded):
 
 
 def _watch_write_out(monkeypatch):
-    """Wraps ExportArchive.write_out to record what a watcher of the model dir sees meanwhile."""
+    """Wraps SignatureArchive.write_out to record what a watcher of the model dir sees meanwhile."""
     seen = []
-    real_write_out = type(keras.export.ExportArchive()).write_out
+    real_write_out = SignatureArchive.write_out
 
     def write_out(self, filepath, **kwargs):
         model_dir = os.path.dirname(filepath)
@@ -381,7 +382,7 @@ def _watch_write_out(monkeypatch):
         real_write_out(self, filepath, **kwargs)
         seen.append(sorted(os.listdir(model_dir)))
 
-    monkeypatch.setattr(type(keras.export.ExportArchive()), "write_out", write_out)
+    monkeypatch.setattr(SignatureArchive, "write_out", write_out)
     return seen
 
 
@@ -506,7 +507,7 @@ def test_failed_export_leaves_nothing(tmp_path, monkeypatch):
             partial.write(b"\x08\x01")
         raise OSError("disk full")
 
-    monkeypatch.setattr(type(keras.export.ExportArchive()), "write_out", write_out)
+    monkeypatch.setattr(SignatureArchive, "write_out", write_out)
     with pytest.raises(OSError, match="disk full"):
         export.export_saved_model(DNNScorer((4,)), tmp_path, "ranker", NUM_FEATURES)
     assert os.listdir(tmp_path / "ranker") == []

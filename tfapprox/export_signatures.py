@@ -1,16 +1,16 @@
 """The scoring signatures of an export: request parsing, checks and scoring as TensorFlow graphs.
 
-`build_archive` returns the `keras.export.ExportArchive` that `tfapprox.export.export_saved_model`
+`build_archive` returns the `SignatureArchive` that `tfapprox.export.export_saved_model`
 writes; what each signature takes, returns and refuses is described in docs/serving.md.
 """
 
 from typing import NamedTuple
 
-import keras
 import tensorflow as tf
 
 from tfapprox.data import records
 from tfapprox.models import scores_depend_on_list
+from tfapprox.signature_archive import SignatureArchive
 
 # TF-Ranking's signature names (tfr.keras.saved_model.Signatures), which are TF Serving's method
 # names: clients written for TF-Ranking models, and TF Serving's Regress API, use them.
@@ -316,7 +316,7 @@ class _Signatures:
         self.spec = _document_spec(num_features, example_layout)
         self.depends_on_list = scores_depend_on_list(model)
         # The model is traced once, into one function every signature calls, not once per trace
-        # of each signature (six signatures, each traced twice by the export).
+        # of each of the six signatures.
         self.scores = tf.function(
             lambda features, mask: model({"features": features, "mask": mask}, training=False),
             input_signature=[tf.TensorSpec([None, None, num_features], tf.float32),
@@ -447,9 +447,9 @@ def _endpoint(function, name, argument, output):
 
 
 def archive_of(model, signatures):
-    """Returns a `keras.export.ExportArchive` tracking `model`, with the `STRING_SIGNATURES` of
+    """Returns a `SignatureArchive` tracking `model`, with the `STRING_SIGNATURES` of
     `signatures` (its `lists` and `documents` functions)."""
-    archive = keras.export.ExportArchive()
+    archive = SignatureArchive()
     archive.track(model)
     for name, argument, output, lists in STRING_SIGNATURES:
         function = signatures.lists if lists else signatures.documents
@@ -459,7 +459,7 @@ def archive_of(model, signatures):
 
 
 def build_archive(model, num_features, example_layout, bounds):
-    """Returns a `keras.export.ExportArchive` of `model` holding the six scoring signatures."""
+    """Returns a `SignatureArchive` of `model` holding the six scoring signatures."""
     signatures = _Signatures(model, num_features, example_layout, bounds)
     features = tf.TensorSpec([None, None, num_features], tf.float32, name="features")
     archive = archive_of(model, signatures)

@@ -1,6 +1,6 @@
 """The scoring signatures of a model over named features: requests parsed by its `FeatureSpec`.
 
-`build_named_archive` returns the `keras.export.ExportArchive` that
+`build_named_archive` returns the `SignatureArchive` that
 `tfapprox.export.export_saved_model(..., feature_spec=spec)` writes. `serving_default` and
 `tensorflow/serving/predict` take serialized ExampleListWithContext protos (the context features
 in the context, the document features in each document, under the spec's names);
@@ -268,7 +268,7 @@ def check_model_accepts(model, spec, vocabularies, bounds):
 
 
 def build_named_archive(model, spec, lookup, bounds):
-    """Returns a `keras.export.ExportArchive` of `model` holding the four named signatures."""
+    """Returns a `SignatureArchive` of `model` holding the four named signatures."""
     signatures = _NamedSignatures(model, spec, lookup, bounds)
     archive = archive_of(model, signatures)
     archive.track(lookup)

@@ -620,6 +620,8 @@ def ranking_dataset_by_seed(
                 ordered: bool) -> tf.data.Dataset:
         """Returns the batches of the (shuffled) serialized lists `data`, in order if `ordered`:
         traced once per kind of `data`, then reused."""
+        if repeat:
+            data = data.repeat()
         if list_buckets:
             data = _grouped_by_bucket(data, lengths_of, list(list_buckets), bucket_batch_size)
         data = data.batch(batch_size, drop_remainder=drop_remainder)
@@ -650,49 +652,28 @@ def ranking_dataset_by_seed(
             seed_for_subset = int(np.random.default_rng().integers(2**31))
         else:
             seed_for_subset = seed if seed is not None else 0
-
-        def one_pass(pass_seed):
-            """The serialized lists of one pass over the data, shuffled by `pass_seed`."""
-            if info.kind == "letor":
-                data = tf.data.Dataset.from_tensor_slices(lists)
-                if num_shards > 1:
-                    data = data.shard(num_shards, shard_index)
-            else:
-                file_data = tf.data.Dataset.from_tensor_slices(files)
-                if shuffle:
-                    file_data = file_data.shuffle(len(files), seed=pass_seed,
-                                                 reshuffle_each_iteration=reshuffle)
-                data = file_data.interleave(
-                    lambda f: tf.data.TFRecordDataset(f, buffer_size=1 << 20),
-                    cycle_length=max(1, min(cycle_length, len(files))),
-                    block_length=1,
-                    num_parallel_calls=tf.data.AUTOTUNE,
-                    deterministic=ordered,
-                )
-            if shuffle:
-                data = data.shuffle(shuffle_buffer_size, seed=pass_seed,
-                                    reshuffle_each_iteration=reshuffle)
-            return data
-
-        if repeat and shuffle:
-            # Pass after pass, each whole and shuffled by its own seed; the next pass is opened
-            # (its shuffle buffer filled) while this one is read, not when it ends.
-            data = tf.data.Dataset.range(2**62).interleave(
-                lambda n: one_pass(None if seed is None else _pass_seed(seed, n)),
-                cycle_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if info.kind == "letor":
+            data = tf.data.Dataset.from_tensor_slices(lists)
+            if num_shards > 1:
+                data = data.shard(num_shards, shard_index)
         else:
-            data = one_pass(seed)
-            if repeat:
-                data = data.repeat()
+            file_data = tf.data.Dataset.from_tensor_slices(files)
+            if shuffle:
+                file_data = file_data.shuffle(len(files), seed=seed,
+                                             reshuffle_each_iteration=reshuffle)
+            data = file_data.interleave(
+                lambda f: tf.data.TFRecordDataset(f, buffer_size=1 << 20),
+                cycle_length=max(1, min(cycle_length, len(files))),
+                block_length=1,
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=ordered,
+            )
+        if shuffle:
+            data = data.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=reshuffle)
         subset_seed = tf.constant(seed_for_subset, tf.int64) if random_subset else None
         return batches(data, subset_seed, ordered)
 
     return dataset
-
-
-def _pass_seed(seed: int, n: tf.Tensor) -> tf.Tensor:
-    """The shuffle seed of pass `n` of a repeated dataset seeded by `seed`."""
-    return tf.constant(seed, tf.int64) * 1_000_003 + n
 
 
 SPLIT_NAMES = {"train": "training", "vali": "validation", "test": "test"}

@@ -10,6 +10,7 @@ import shutil
 import pytest
 import yaml
 
+import cpp_loader
 from tfapprox.data import infer_spec, write_named
 from trainer.__main__ import main
 
@@ -198,6 +199,13 @@ def test_an_ensemble_of_named_runs_is_fitted_evaluated_and_served_by_name(traine
     valid = np.asarray(labels) >= 0
     assert np.ptp(expected[valid]) > 0
     np.testing.assert_allclose(np.asarray(scores)[valid], expected[valid], atol=1e-5)
+    if cpp_loader.compiler() is not None:  # as TF Serving loads it: TensorFlow's C++ loader
+        runner = cpp_loader.build(cpp_loader.CACHE_DIR)
+        with cpp_loader.CppLoader(runner, results["export_path"]) as loader:
+            outputs, _ = loader.run("serving_default",
+                                    {"elwc": np.array(requests, dtype=object)})
+        (served_in_cpp,) = outputs.values()
+        np.testing.assert_allclose(served_in_cpp[valid], expected[valid], atol=1e-5)
 
     spec_file = json.loads(open(records["spec"]).read())
     spec_file["document"] = [{**f, "name": "renamed"} if f["name"] == "document_tokens" else f

@@ -255,8 +255,7 @@ def export_saved_model(
         def write_archive(directory):
             with tempfile.TemporaryDirectory() as files:  # copied into the SavedModel's assets
                 lookup = asset_lookup(spec, vocabularies, files)
-                build_named_archive(model, spec, lookup, bounds).write_out(directory,
-                                                                           verbose=False)
+                build_named_archive(model, spec, lookup, bounds).write_out(directory)
     else:
         _check_num_features(num_features)
         num_features = int(num_features)
@@ -264,9 +263,7 @@ def export_saved_model(
         requests = _vector_requests(num_features, example_layout)
 
         def write_archive(directory):
-            build_archive(model, num_features, example_layout, bounds).write_out(
-                directory, verbose=False
-            )
+            build_archive(model, num_features, example_layout, bounds).write_out(directory)
 
     def write(directory):
         write_archive(directory)

@@ -175,22 +175,21 @@ class _NamedSignatures:
                               _PAD_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0)}
         self.context_spec = _ragged_spec(spec.context)
         self.example_spec = _ragged_spec(spec.context + spec.document)
+        if getattr(model, "lookup", None) is not None:  # a NamedFeatureScorer, past its own
+            self._score_ids = lambda ids: model.scorer(model.feature_inputs(ids), training=False)
+        else:
+            self._score_ids = lambda ids: model(ids, training=False)
         self._traced_model = None
 
     def _model_scores(self, ids):
         """Scores [B, L] of looked-up `ids`. In the signatures the model is traced once, on its
         first call, into one function every signature calls (not once per trace of each of the
         four signatures); eagerly (the export's check) it runs as it is."""
-        if getattr(self.model, "lookup", None) is not None:  # a NamedFeatureScorer's own
-            model = lambda ids: self.model.scorer(self.model.feature_inputs(ids),  # noqa: E731
-                                                  training=False)
-        else:
-            model = lambda ids: self.model(ids, training=False)  # noqa: E731
         if tf.executing_eagerly():
-            return model(ids)
+            return self._score_ids(ids)
         if self._traced_model is None:
-            self._traced_model = tf.function(model, input_signature=[_relaxed_specs(ids, self.spec)],
-                                             autograph=False)
+            self._traced_model = tf.function(
+                self._score_ids, input_signature=[_relaxed_specs(ids, self.spec)], autograph=False)
         return self._traced_model(ids)
 
     def _scores(self, signature, features, mask, lists):

@@ -19,18 +19,19 @@ class SignatureArchive:
         self._root = tf.Module()
         self._root.model_variables = []
         self._root.lookup_tables = []
-        self._tracked = []
         self._signatures = {}
 
-    def track(self, obj):
-        """Saves the variables of a Keras layer or model `obj` and the tables of its lookup layers."""
-        if isinstance(obj, keras.layers.Layer):
-            if not obj.built:
-                raise ValueError(f"{obj.name} is not built; build it before exporting it.")
-            # The TensorFlow variables themselves (a Keras variable's `value` outside a layer's
-            # call), which the signatures capture and the save must find tracked.
-            self._root.model_variables.extend(variable.value for variable in obj.variables)
-        self._tracked.append(obj)
+    def track(self, layer):
+        """Saves the variables of a Keras layer or model and the tables of its lookup layers."""
+        if not layer.built:
+            raise ValueError(f"{layer.name} is not built; build it before exporting it.")
+        # The TensorFlow variables themselves (a Keras variable's `value` outside a layer's call),
+        # which the signatures capture and the save must find tracked.
+        self._root.model_variables.extend(variable.value for variable in layer.variables)
+        for sublayer in layer._flatten_layers():  # StringLookup, IntegerLookup: `lookup_table`
+            table = getattr(sublayer, "lookup_table", None)
+            if table is not None and not any(table is known for known in self._root.lookup_tables):
+                self._root.lookup_tables.append(table)
 
     def add_endpoint(self, name, function, input_signature):
         """Adds the signature `name`: `function` traced for `input_signature` (in the save)."""
@@ -39,16 +40,6 @@ class SignatureArchive:
         self._signatures[name] = tf.function(function, input_signature=input_signature,
                                              autograph=False)
 
-    def write_out(self, directory, verbose=False):
-        """Writes the SavedModel into `directory` (`verbose` is accepted for ExportArchive's sake
-        and prints nothing)."""
-        del verbose
-        tables = []
-        for obj in self._tracked:
-            layers = obj._flatten_layers() if isinstance(obj, keras.layers.Layer) else ()
-            for layer in layers:  # StringLookup and IntegerLookup hold theirs as `lookup_table`
-                table = getattr(layer, "lookup_table", None)
-                if table is not None and not any(table is known for known in tables):
-                    tables.append(table)
-        self._root.lookup_tables.extend(tables)
+    def write_out(self, directory):
+        """Writes the SavedModel into `directory`."""
         tf.saved_model.save(self._root, str(directory), signatures=self._signatures)

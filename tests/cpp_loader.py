@@ -2,7 +2,10 @@
 
 `build(cache_dir)` compiles `saved_model_runner.cc` against the installed TensorFlow wheel
 (`libtensorflow_cc.so.2`, `libtensorflow_framework.so.2` and its headers) once per source, wheel
-and compiler, keeping the binary in `cache_dir` (the tests': `CACHE_DIR`, kept across runs).
+and compiler, keeping the binary in `cache_dir` (the tests': `CACHE_DIR`, kept across runs). The
+binary names no directory: it finds the wheel's libraries through `LD_LIBRARY_PATH`, which
+`CppLoader` sets to the running TensorFlow's, so one build serves every clone and virtualenv of
+the same wheel (where the checkout or the virtualenv lives is not part of its cache key).
 `CppLoader(binary, export_dir)` starts it on one SavedModel; `run(signature, inputs)` returns the
 outputs as numpy arrays, or raises `CppError` with the status message the C++ session returned.
 """
@@ -58,17 +61,23 @@ def build(cache_dir):
     cxx = compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler: set CXX or install g++")
-    library_dir = os.path.dirname(tf.__file__)
+    library_dir = _library_dir()
     command = [
         cxx, "-O2", "-w", *tf.sysconfig.get_compile_flags(), SOURCE,
         # --no-as-needed keeps libtensorflow_cc, which registers the session factories that
         # nothing in the program references by name.
         "-Wl,--no-as-needed", f"-L{library_dir}", "-l:libtensorflow_cc.so.2",
-        "-l:libtensorflow_framework.so.2", f"-Wl,-rpath,{library_dir}",
+        "-l:libtensorflow_framework.so.2",
     ]
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    # The key: what the binary is made of, without the directories it was made in (the wheel
+    # stands in by its version and its libraries' sizes, which tell its builds apart).
+    placed = [part.replace(library_dir, "<tensorflow>").replace(SOURCE, os.path.basename(SOURCE))
+              for part in command]
+    sizes = [str(os.path.getsize(os.path.join(library_dir, name)))
+             for name in ("libtensorflow_cc.so.2", "libtensorflow_framework.so.2")]
     with open(SOURCE, "rb") as source:
-        key = digest(source.read(), *command, tf.__version__, version)
+        key = digest(source.read(), *placed, tf.__version__, *sizes, version)
 
     def compile_to(partial):
         built = subprocess.run(command + ["-o", partial], capture_output=True, text=True)
@@ -78,12 +87,21 @@ def build(cache_dir):
     return built_once(os.path.join(cache_dir, f"saved_model_runner-{key}"), compile_to)
 
 
+def _library_dir():
+    """The directory of the running TensorFlow's libraries (its package directory)."""
+    import tensorflow as tf
+
+    return os.path.dirname(tf.__file__)
+
+
 class CppLoader:
     """One runner process serving the SavedModel at `export_dir`; a context manager."""
 
     def __init__(self, binary, export_dir, log=None):
         """`log`: a file the runner's TensorFlow log (its stderr, warnings and up) goes to."""
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
+        search = [_library_dir(), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1",
+               "LD_LIBRARY_PATH": os.pathsep.join(search)}
         self._process = subprocess.Popen(
             [binary, os.fspath(export_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL if log is None else log, env=env,

@@ -25,6 +25,7 @@ from trainer.config import DataConfig
 from trainer.__main__ import main
 
 from conftest import SHARED_DATA, SUITE_XLA_FLAGS
+from test_quiet_command_lines import noise_in, quietly_run, user_environment
 
 pytestmark = pytest.mark.slow  # trains, compiles or runs processes: `-m "not slow"` skips it
 
@@ -560,22 +561,23 @@ def test_whole_training_lists_are_bucketed(tmp_path):
     assert any(line.startswith("Training lists padded to") for line in printed)
     unbucketed = dataclasses.replace(splits, train_buckets=None)
     num_batches = -(-splits.num_train_lists // 8)
-    shapes = set()
+    shapes, unbucketed_shapes = set(), set()
     for epoch in range(2):
         bucketed = data.train_dataset(splits, 8, None, seed=(0, epoch))
-        lists = epoch_lists(bucketed)  # assert_cardinality fails on another number of batches
+        batches = list(bucketed)  # assert_cardinality fails on another number of batches
+        lists = epoch_lists(batches)
         assert int(bucketed.cardinality()) == num_batches
-        shapes |= {tuple(labels.shape) for _, labels in bucketed}
+        shapes |= {tuple(labels.shape) for _, labels in batches}
         assert lists == epoch_lists(data.train_dataset(splits, 8, None, seed=(0, epoch)))
-        assert sorted(lists) == sorted(epoch_lists(data.train_dataset(unbucketed, 8, None,
-                                                                      seed=(0, epoch))))
+        plain = list(data.train_dataset(unbucketed, 8, None, seed=(0, epoch)))
+        assert sorted(lists) == sorted(epoch_lists(plain))
+        unbucketed_shapes |= {tuple(labels.shape) for _, labels in plain}
+        if epoch == 0:
+            whole = lists
     assert len(shapes) <= len(splits.train_buckets) + 1
-    unbucketed_shapes = {tuple(labels.shape) for epoch in range(2) for _, labels in
-                         data.train_dataset(unbucketed, 8, None, seed=(0, epoch))}
     assert len(unbucketed_shapes) > len(shapes)
 
     # Two workers of one replica each: their batches k together are the global batch k.
-    whole = epoch_lists(data.train_dataset(splits, 8, None, seed=(0, 0)))
     shards = [list(data.train_dataset(splits, 4, None, seed=(0, 0), num_shards=2, shard_index=i,
                                       global_batch_size=8)) for i in range(2)]
     assert min(len(shard) for shard in shards) >= splits.num_train_lists // 8
@@ -654,26 +656,41 @@ def test_bucketed_training_equals_padding_each_batch_to_its_longest(tmp_path, ca
     assert results["bucketed"]["test"] == pytest.approx(results["unbucketed"]["test"], abs=1e-5)
 
 
-def test_jit_compiles_once_per_bucket_through_the_command_line(tmp_path):
-    """XLA's dump holds one module family per compile of the training step."""
+@pytest.fixture(scope="module")
+def command_line_run(tmp_path_factory):
+    """One `python -m trainer train --jit --buckets 3` process, from generating its data to its
+    export, as in a user's shell (TF_CPP_MIN_LOG_LEVEL unset), XLA dumping what it compiles into
+    `xla/`: `(its directory, the finished process)`."""
+    tmp_path = tmp_path_factory.mktemp("command_line")
     values = config_lib.load_dict("demo")
     config_lib.apply_overrides(values, {
         "data.synthetic": VARIED_LENGTHS, "data.cache_dir": str(tmp_path / "cache"),
-        "model.preset": "linear", "train.metrics": [], "train.batch_size": 8, "train.epochs": 2,
-        "export.enabled": False})
+        "model.preset": "linear", "train.batch_size": 8, "train.epochs": 2,
+        "export.base_dir": str(tmp_path / "export"), "export.name": "tiny"})
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(values))
-    dump = tmp_path / "xla"
-    done = subprocess.run(
-        [sys.executable, "-m", "trainer", "train", "--config", str(tmp_path / "run.yaml"), "--jit",
-         "--buckets", "3", "--run-dir", str(tmp_path / "run")], cwd=tmp_path,
-        env={**os.environ, "XLA_FLAGS": f"{SUITE_XLA_FLAGS} --xla_dump_to={dump}"},
-        capture_output=True, text=True,
-        timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Training lists padded to" in done.stdout
-    compiles = {path.name.split(".")[0] for path in dump.iterdir()
+    env = {**user_environment(),
+           "XLA_FLAGS": f"{SUITE_XLA_FLAGS} --xla_dump_to={tmp_path / 'xla'}"}
+    done = quietly_run(["trainer", "train", "--config", str(tmp_path / "run.yaml"), "--jit",
+                        "--buckets", "3", "--run-dir", str(tmp_path / "run")], tmp_path, env)
+    return tmp_path, done
+
+
+def test_jit_compiles_once_per_bucket_through_the_command_line(command_line_run):
+    """XLA's dump holds one module family per compile of the training step."""
+    tmp_path, done = command_line_run
+    assert "Training lists padded to" in done.stdout and "| XLA on (--jit)" in done.stdout
+    compiles = {path.name.split(".")[0] for path in (tmp_path / "xla").iterdir()
                 if ".a_inference_one_step_on_data" in path.name}
     assert 1 <= len(compiles) <= 3 + 1
+
+
+def test_the_trainer_says_nothing_of_tensorflow_from_start_to_export(command_line_run):
+    """Not one of TensorFlow's start-up notices or deprecation warnings on stderr, from generating
+    the data to the export; with XLA on, the training step is traced as without it and XLA logs
+    too."""
+    tmp_path, done = command_line_run
+    assert (tmp_path / "export" / "tiny").is_dir()
+    assert not noise_in(done.stderr), done.stderr[-3000:]
 
 
 LOSS_PARAMS = {"approx_precision": {"k": 5}, "gumbel_approx_precision": {"k": 5},

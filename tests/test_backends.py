@@ -3,8 +3,10 @@ and the device check `benchmarks/gpu.py` run on JAX in a process where TensorFlo
 imported, as on a GPU machine that has JAX but no TensorFlow; the trainer trains on JAX
 (`--backend jax`) and its export serves as the JAX model scores.
 
-The checks off TensorFlow share one JAX process (`off_tensorflow`), each its own section of it (JAX
-and Keras start once, not once a check); they run in the TensorFlow pass of the suite.
+The checks on JAX share one process (`off_tensorflow`), each its own section of it (JAX and Keras
+start once, not once a check); they run in the TensorFlow pass of the suite. The sections off
+TensorFlow come first, with TensorFlow unimportable; the trainer's, which reads its data through
+tf.data, comes last, the only one that may import TensorFlow.
 """
 
 import importlib.util
@@ -36,16 +38,17 @@ _BLOCK_PACKAGES = textwrap.dedent("""
 TENSORFLOW = ("tensorflow", "tensorflow_serving", "tf_keras")
 
 # Runs the sections of argv[1] (JSON: [name, code, also blocked]) in order, each with TensorFlow
-# and its own packages blocked and its stdout captured (a SystemExit of 0 ends it well); prints
-# {name: {"ok", "stdout", "error"}} as JSON.
+# and its own packages blocked (also blocked None: nothing blocked) and its stdout and stderr
+# captured (a SystemExit of 0 ends it well); prints {name: {"ok", "stdout", "error"}} as JSON, the
+# error followed by the section's stderr.
 _RUN_SECTIONS = textwrap.dedent("""
     import contextlib, io, json, textwrap, traceback
 
     results = {}
     for name, code, also_blocked in json.loads(sys.argv[1]):
-        BLOCKED[:] = [*TENSORFLOW, *also_blocked]
-        out, ok, error = io.StringIO(), True, ""
-        with contextlib.redirect_stdout(out):
+        BLOCKED[:] = [] if also_blocked is None else [*TENSORFLOW, *also_blocked]
+        out, err, ok, error = io.StringIO(), io.StringIO(), True, ""
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 exec(compile(textwrap.dedent(code), name, "exec"), {"__name__": "__main__"})
             except SystemExit as exit_:
@@ -53,6 +56,8 @@ _RUN_SECTIONS = textwrap.dedent("""
                 error = "" if ok else f"SystemExit({exit_.code!r})"
             except BaseException:
                 ok, error = False, traceback.format_exc()
+        if not ok:
+            error = f"{error}\\nstderr:\\n{err.getvalue()[-4000:]}"
         results[name] = {"ok": ok, "stdout": out.getvalue(), "error": error}
     print(json.dumps(results))
 """)
@@ -125,15 +130,23 @@ WITH_RAX = importlib.util.find_spec("rax") is not None
 
 
 @pytest.fixture(scope="module")
-def off_tensorflow():
-    """{section: its stdout} of the checks below, run in one process without TensorFlow, in this
-    order: --help first, with Rax blocked too, before anything could have imported it."""
+def jax_run(tmp_path_factory):
+    """The directory of the trainer's run on JAX (the last section of `off_tensorflow`)."""
+    return tmp_path_factory.mktemp("jax_run")
+
+
+@pytest.fixture(scope="module")
+def off_tensorflow(jax_run):
+    """{section: its stdout} of the checks below, run in one JAX process, in this order: --help
+    first, with Rax blocked too, before anything could have imported it; then the other checks
+    without TensorFlow; last the trainer's run on JAX in `jax_run`, with TensorFlow importable."""
     sections = [
         ("gpu --help", gpu_benchmark_code("--help"), ["rax"]),
         ("fit", FIT_WITHOUT_TENSORFLOW, []),
         ("gpu --tiny", gpu_benchmark_code("--tiny", *(["--rax"] if WITH_RAX else [])), []),
         ("gpu --paths", gpu_benchmark_code("--tiny", "--paths", "--lists", "12x2"), []),
         ("gpu --scorers", gpu_benchmark_code("--tiny", "--scorers"), []),
+        ("trainer on jax", train_on_jax_code(jax_run), None),
     ]
     done = run_without_tensorflow(_RUN_SECTIONS, argv=[json.dumps(sections)], timeout=900)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -190,14 +203,17 @@ def test_the_trainer_takes_its_backend_before_keras_and_keeps_it(monkeypatch):
 
 
 # Trains a tiny run with the trainer's CLI on JAX (which exports it from a TensorFlow process),
-# then scores fixed lists with the selected weights on JAX, as `evaluate` would.
+# then scores fixed lists with the selected weights on JAX, as `evaluate` would. TensorFlow is not
+# imported before the trainer imports it.
 TRAIN_ON_JAX = """
     import json
+    import os
     import sys
     import numpy as np
+    assert "tensorflow" not in sys.modules
     from trainer.__main__ import main
 
-    run_dir, export_dir, config_file, out = sys.argv[1:]
+    os.chdir(os.path.dirname(run_dir))
     assert main(["train", "--backend", "jax", "--config", config_file, "--run-dir", run_dir,
                  "--export-dir", export_dir, "--name", "jax_run"]) == 0
     from trainer import build, config as config_lib  # Keras, imported by main on JAX
@@ -209,6 +225,18 @@ TRAIN_ON_JAX = """
     np.savez(out, features=features, scores=np.asarray(scores))
 """
 
+
+def train_on_jax_code(directory):
+    """The code of the trainer's run on JAX in `directory` (TINY_RUN, its data cached there)."""
+    config_file = directory / "tiny.json"
+    data = {**TINY_RUN["data"], "cache_dir": str(directory / "cache")}
+    config_file.write_text(json.dumps({**TINY_RUN, "data": data}))
+    paths = {"run_dir": directory / "run", "export_dir": directory / "saved_models",
+             "config_file": config_file, "out": directory / "jax.npz"}
+    return ("".join(f"{name} = {str(path)!r}\n" for name, path in paths.items())
+            + textwrap.dedent(TRAIN_ON_JAX))
+
+
 TINY_RUN = {
     "data": {"synthetic": {"num_queries": 24, "docs_per_query": 6, "num_features": 8},
              "list_size": 8},
@@ -218,26 +246,17 @@ TINY_RUN = {
 }
 
 
-@pytest.mark.slow
-def test_trainer_on_jax_exports_what_the_cpp_loader_serves(tmp_path, runner):
+@pytest.mark.slow  # its section shares the process of the device check's tiny runs
+def test_trainer_on_jax_exports_what_the_cpp_loader_serves(off_tensorflow, jax_run, runner):
     """`python -m trainer train --backend jax`: trains, checkpoints, selects, and its export (made on
     TensorFlow from the selected weights) scores in TensorFlow's C++ loader as the JAX model does."""
-    config_file = tmp_path / "tiny.json"
-    config_file.write_text(json.dumps({**TINY_RUN, "data": {**TINY_RUN["data"],
-                                                            "cache_dir": str(tmp_path / "cache")}}))
-    code = "import sys; sys.argv[1:] = " + repr([
-        str(tmp_path / "run"), str(tmp_path / "saved_models"), str(config_file), str(tmp_path / "jax.npz")])
-    done = subprocess.run(
-        [sys.executable, "-c", code + "\n" + textwrap.dedent(TRAIN_ON_JAX)], cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"},
-        capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "Training on jax: CPU:0" in done.stdout and "XLA on" in done.stdout
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert results["export_path"] == str(tmp_path / "saved_models" / "jax_run" / "1")
-    assert (tmp_path / "run" / "checkpoint.npz").exists()
+    out = section_output(off_tensorflow, "trainer on jax")
+    assert "Training on jax: CPU:0" in out and "XLA on" in out
+    results = json.loads((jax_run / "run" / "results.json").read_text())
+    assert results["export_path"] == str(jax_run / "saved_models" / "jax_run" / "1")
+    assert (jax_run / "run" / "checkpoint.npz").exists()
 
-    on_jax = np.load(tmp_path / "jax.npz")
+    on_jax = np.load(jax_run / "jax.npz")
     requests = cpp_loader.signature_requests(on_jax["features"])
     with cpp_loader.CppLoader(runner, results["export_path"]) as loader:
         for signature in ("score_features", "serving_default"):

@@ -1,19 +1,25 @@
 """The scripts in examples/ run as a user runs them (tiny settings) and print results.
 
 Each would start TensorFlow on its own, 8-9 CPU seconds, more than most of them then train, so all
-of them run in one Python process, one after another, each as `python examples/SCRIPT ARGS` runs
-it: as `__main__`, with examples/ first on sys.path, its own arguments, working directory, stdout
-and stderr, a fresh Keras session, and its exit status as the interpreter would give it."""
+of them run in this test process, whose TensorFlow is started already, one after another, each as
+`python examples/SCRIPT ARGS` runs it: as `__main__`, with examples/ first on sys.path, its own
+arguments, working directory, stdout and stderr (Python's warnings printed there under Python's
+default filters), a fresh Keras session, and its exit status as the interpreter would give it;
+afterwards the process gets back its arguments, sys.path and working directory, and forgets the
+modules it imported from examples/."""
 
-import json
+import contextlib
+import io
 import os
 import re
-import subprocess
+import runpy
 import sys
-import textwrap
+import traceback
+import warnings
 from itertools import islice
 from types import SimpleNamespace
 
+import keras
 import pytest
 
 from conftest import REPO
@@ -34,35 +40,6 @@ NAMED_RESULT = r"(?m)^test NDCG@1 [0-9.]+, NDCG@5 ([0-9.]+), NDCG@10 [0-9.]+, MA
 NUMERIC_FEATURES = 8
 RELOADED = r"(?m)^reloaded model\.keras: its scores on the (\d+) test lists equal the trained"
 
-# Runs each {"script", "args", "cwd"} of argv[1] (JSON) as the interpreter runs a script; prints
-# {name: {"status", "stdout", "stderr"}} as JSON.
-RUN_EACH = textwrap.dedent("""
-    import contextlib, io, json, os, runpy, sys, traceback
-
-    results = {}
-    for name, run in json.loads(sys.argv[1]).items():
-        if "keras" in sys.modules:
-            sys.modules["keras"].utils.clear_session()
-        os.chdir(run["cwd"])
-        sys.argv, sys.path[0] = [run["script"], *run["args"]], os.path.dirname(run["script"])
-        out, err, status = io.StringIO(), io.StringIO(), 0
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                runpy.run_path(run["script"], run_name="__main__")
-            except SystemExit as exit_:
-                if isinstance(exit_.code, int) or exit_.code is None:
-                    status = exit_.code or 0
-                else:
-                    print(exit_.code, file=sys.stderr)
-                    status = 1
-            except BaseException:
-                traceback.print_exc()
-                status = 1
-        results[name] = {"status": status, "stdout": out.getvalue(), "stderr": err.getvalue()}
-    print(json.dumps(results))
-""")
-
-
 def write_numeric(directory, num_lists, num_features):
     """Writes `directory/{train,vali,test}.tfrecord` as `write_named(kind="numeric")` does (60/20/20
     of `num_lists` lists), each document holding only those of `custom_features_1` ..
@@ -75,16 +52,58 @@ def write_numeric(directory, num_lists, num_features):
         write_named_records(directory / f"{split}.tfrecord", islice(lists, size))
 
 
+def _print_warning(message, category, filename, lineno, file=None, line=None):
+    """Prints a warning to sys.stderr, as the interpreter does."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def run_script(script, args, cwd):
+    """Runs `script` with `args` in `cwd` as `python SCRIPT ARGS` does; returns {"status", "stdout",
+    "stderr"}. This process's arguments, sys.path and working directory are given back after."""
+    argv, path, here = sys.argv[:], sys.path[:], os.getcwd()
+    keras.utils.clear_session()
+    os.chdir(cwd)
+    sys.argv, sys.path[0:0] = [str(script), *map(str, args)], [str(script.parent)]
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings():
+            warnings.resetwarnings()  # Python's default filters, not pytest's
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+            for category in (PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            warnings.showwarning = _print_warning
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as exit_:
+                if isinstance(exit_.code, int) or exit_.code is None:
+                    status = exit_.code or 0
+                else:
+                    print(exit_.code, file=sys.stderr)
+                    status = 1
+            except BaseException:
+                traceback.print_exc()
+                status = 1
+    finally:
+        sys.argv, sys.path[:] = argv, path
+        os.chdir(here)
+    return {"status": status, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
 def run_examples(runs):
-    """Runs `runs` ({name: (script, args, cwd)}) in one fresh Python, in order; returns {name:
-    {"status", "stdout", "stderr"}}."""
-    todo = {name: {"script": str(EXAMPLES / script), "args": list(map(str, args)), "cwd": str(cwd)}
-            for name, (script, args, cwd) in runs.items()}
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run([sys.executable, "-c", RUN_EACH, json.dumps(todo)], env=env,
-                          capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """Runs `runs` ({name: (script, args, cwd)}) in this process, in order; returns {name:
+    {"status", "stdout", "stderr"}}. The modules they imported from examples/ are forgotten
+    after."""
+    modules = set(sys.modules)
+    try:
+        return {name: run_script(EXAMPLES / script, args, cwd)
+                for name, (script, args, cwd) in runs.items()}
+    finally:
+        keras.utils.clear_session()
+        for name in set(sys.modules) - modules:  # example_data, named_data
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(EXAMPLES)):
+                del sys.modules[name]
 
 
 @pytest.fixture(scope="module")

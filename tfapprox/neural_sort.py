@@ -27,9 +27,6 @@ from tfapprox import pair_plan, pair_sums
 # pairs at a time in the backward pass and in the pair sums; shorter ones in one piece. A module
 # setting read when a function is traced.
 ROW_BLOCK = 1024
-# On JAX, lists of a static size up to this take `_short_on_jax`'s forms. A module setting read
-# when a function is traced.
-SHORT_ON_JAX_UP_TO = 32
 
 
 def _relaxed_sort(scores, mask, real, temperature):
@@ -58,19 +55,6 @@ def _relaxed_sort(scores, mask, real, temperature):
                        rank_ops.LOWEST_FLOAT32)  # finite: no NaN in empty rows
     rows = ops.cast(positions <= count, rank_ops.COMPUTE_DTYPE)
     return ops.softmax(logits, axis=-1), rows, weights
-
-
-def _short_on_jax(scores):
-    """Whether `scores` `[B, L]` are lists of a static L up to SHORT_ON_JAX_UP_TO on JAX. There
-    the Sinkhorn rounds leave out the row mask where the vector is 0 on the empty rows anyway (an
-    operation of its own each round otherwise), and `_scores_gradient` stacks its row weights
-    `[B, 2, L]` instead of transposing them, so that JAX's XLA on CPU fuses their product into
-    the one forming ∂/∂logits (apart, a plain dot of its own): the other forms made NeuralNDCG's
-    step at L = 10 about 8 % slower. Longer lists keep them (stacked weights made the step at
-    L = 1000 1.8× slower)."""
-    list_size = ops.shape(scores)[1]
-    return (keras.backend.backend() == "jax" and isinstance(list_size, int)
-            and list_size <= SHORT_ON_JAX_UP_TO)
 
 
 def _block_of(values, start, size):
@@ -154,7 +138,8 @@ def sorted_gains(scores, mask, gains, temperature, iterations):
         def times(vector):  # P̂ v
             return rows * _times(softmax, vector)
 
-        short = _short_on_jax(scores)
+        list_size = ops.shape(scores)[1]
+        short = pair_plan.short_sinkhorn_on_jax(list_size if isinstance(list_size, int) else None)
 
         def times_transposed(vector):  # P̂ᵀ v
             if short:  # each v here is a multiple of a row scaling, 0 on the empty rows
@@ -196,14 +181,14 @@ def sorted_gains(scores, mask, gains, temperature, iterations):
                                      _columns(column_sums_bars), _columns(previous_columns)],
                                     axis=-1)
             return _scores_gradient(scores, real, softmax, rows, weights, temperature, left,
-                                    right), ops.zeros_like(gains)
+                                    right, short), ops.zeros_like(gains)
 
         return row_scaling * unscaled, gradient
 
     return placed(scores, ops.stop_gradient(gains))
 
 
-def _scores_gradient(scores, real, softmax, rows, weights, temperature, left, right):
+def _scores_gradient(scores, real, softmax, rows, weights, temperature, left, right, stacked):
     """Returns ∂/∂scores `[B, L]` through `_relaxed_sort`, given ∂/∂P̂ = left·rightᵀ (`[B, L, R]`
     each): the softmax's ∂/∂logits = P̂ ⊙ (∂/∂P̂ − Σ_j P̂_ij·∂/∂P̂_ij), then logits_ij =
     (w_i·s_j − spread_j)/τ and spread_j = Σ_{k real} |s_j − s_k|.
@@ -211,10 +196,10 @@ def _scores_gradient(scores, real, softmax, rows, weights, temperature, left, ri
     Both go a block of rows at a time (`_sum_over_blocks`): a block of ∂/∂P̂ is formed before its
     row sums are taken from it, so that they cancel it where a row of P̂ is (nearly) one-hot, as
     autodiff's do; taken from the factors they left float32 errors that a small τ magnified (1 %
-    of the gradient at τ = 0.01). Rows i > n (r_i = 0) take no part."""
+    of the gradient at τ = 0.01). Rows i > n (r_i = 0) take no part. `stacked`: the row weights
+    are stacked `[B, 2, L]` (`pair_plan.short_sinkhorn_on_jax`), else transposed from `[B, L, 2]`."""
     right_transposed = ops.swapaxes(right, 1, 2)
     row_weights = ops.stack([weights * rows, rows], axis=-1)  # [B, L, 2]: w_i·r_i and r_i
-    stacked = _short_on_jax(scores)
 
     def logits_block(start, size, owned):  # Σ_{i in the block} (w_i, 1)·r_i·∂/∂logits_ij
         softmax_rows = _block_of(softmax, start, size)

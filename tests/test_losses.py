@@ -616,17 +616,25 @@ def test_neural_ndcg_gradient_keeps_no_matrix_per_sinkhorn_round():
 @pytest.mark.parametrize("mode", COMPILE_MODES)
 def test_neural_ndcg_in_row_blocks_is_autodiffs(mode, rng, monkeypatch):
     """Lists longer than `neural_sort.ROW_BLOCK` (5 here: lists of 12 in blocks 0-4, 5-9 and
-    7-11, whose last overlaps the one before) give autodiff's loss and gradient."""
+    7-11, whose last overlaps the one before) give autodiff's loss and gradient; on JAX in both
+    forms of the Sinkhorn rounds (`short_sinkhorn_on_jax_up_to`: short lists' and longer ones')."""
     labels, scores = random_batch(rng, batch=5, list_size=12, pad_fraction=0.3)
     labels[:, 0] = 2.0
     loss = losses.NeuralNDCGLoss(temperature=0.3, sinkhorn_iterations=5)
     monkeypatch.setattr(neural_sort, "ROW_BLOCK", 5)
-    value, grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores, mode, mode != "eager")
+    plans = [PairPlan()] + ([PairPlan(short_sinkhorn_on_jax_up_to=0)] if backend() == "jax"
+                            else [])
+    ours = []
+    for plan in plans:
+        with using(plan):
+            ours.append(loss_and_grad(lambda y, s: loss(y, s), labels, scores, mode,
+                                      mode != "eager"))
     monkeypatch.setattr(neural_sort, "sorted_gains", _sorted_gains_by_autodiff)
     expected, expected_grad = loss_and_grad(lambda y, s: loss(y, s), labels, scores, mode, False)
-    assert math.isclose(value, expected, rel_tol=1e-6)
-    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5,
-                               atol=1e-5 * np.abs(expected_grad).max())
+    for plan, (value, grad) in zip(plans, ours):
+        assert math.isclose(value, expected, rel_tol=1e-6), plan
+        np.testing.assert_allclose(grad, expected_grad, rtol=1e-5,
+                                   atol=1e-5 * np.abs(expected_grad).max(), err_msg=str(plan))
 
 
 @pytest.mark.skipif(backend() != "jax", reason="reads XLA's memory plan through JAX")
